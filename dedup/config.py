@@ -1,0 +1,63 @@
+"""Algorithm parameters: one frozen, validated dataclass with the SPEC's defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dedup.lsh import check_banding
+
+CONFIRM_MODES = ("estimate", "exact")
+
+
+def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+    if not ok:
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"The {name!r} parameter must be an integer {bound}. Got {value!r} instead.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """Near-dedup and decontamination parameters (SPEC defaults).
+
+    num_perm: permutations per signature; num_bands x rows_per_band: LSH banding
+    (num_bands * rows_per_band <= num_perm); threshold: Jaccard a confirmed pair must reach;
+    shingle_size: words per shingle; seed: PCG32 seed of the permutations; confirm: "estimate"
+    (signature agreement) or "exact" (exact shingle-set Jaccard); ngram_size: words per
+    decontamination n-gram.
+    """
+
+    num_perm: int = 128
+    num_bands: int = 16
+    rows_per_band: int = 8
+    threshold: float = 0.8
+    shingle_size: int = 5
+    seed: int = 0
+    confirm: str = "estimate"
+    ngram_size: int = 13
+
+    def __post_init__(self) -> None:
+        _check_int("num_perm", self.num_perm, 1, 65536)
+        _check_int("num_bands", self.num_bands, 1, 255)
+        _check_int("rows_per_band", self.rows_per_band, 1)
+        _check_int("shingle_size", self.shingle_size, 1)
+        _check_int("ngram_size", self.ngram_size, 1)
+        _check_int("seed", self.seed, 0, 2**64 - 1)
+        check_banding(self.num_bands, self.rows_per_band, self.num_perm)
+        t = self.threshold
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
+            raise ValueError(f"The 'threshold' parameter must be a float in [0, 1]. Got {t!r} instead.")
+        if self.confirm not in CONFIRM_MODES:
+            raise ValueError(f"The 'confirm' parameter must be one of {CONFIRM_MODES}. Got {self.confirm!r} instead.")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """A short stable hash of every parameter, for manifests and intermediate names."""
+        blob = json.dumps(self.as_dict(), sort_keys=True).encode()
+        return hashlib.blake2b(blob, digest_size=8).hexdigest()

@@ -1,0 +1,77 @@
+"""MinHash signatures (SPEC §3), one document or a whole batch in one pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from dedup import _kernels
+from dedup.hashing import MERSENNE_P, perm_params, shingle_hashes, span_hashes
+from dedup.text import TextBatch, _check_size, encode_batch
+
+SIGNATURE_DTYPE = np.uint32
+
+
+def _minhash_rows(x: NDArray[np.uint64], offsets: NDArray[np.int64], num_perm: int, seed: int) -> NDArray[np.uint32]:
+    a, b = perm_params(num_perm, seed)
+    out = np.empty((len(offsets) - 1, num_perm), dtype=SIGNATURE_DTYPE)
+    _kernels.minhash_rows(x, offsets, a, b, out)
+    return out
+
+
+def minhash(shingles: Iterable[str], num_perm: int = 128, seed: int = 0) -> NDArray[np.uint32]:
+    """The signature of one shingle set: uint32 [num_perm]; all P when there are no shingles."""
+    x = shingle_hashes(set(shingles))
+    return _minhash_rows(x, np.array([0, len(x)], dtype=np.int64), num_perm, seed)[0]
+
+
+def batch_signatures(batch: TextBatch, *, num_perm: int = 128, seed: int = 0, shingle_size: int = 5) -> NDArray[np.uint32]:
+    """Signatures of every document of an encoded batch: uint32 [n_docs, num_perm]."""
+    start, end, offsets = batch.spans(shingle_size, short=True)
+    x = span_hashes(batch.buf, start, end) % np.uint64(MERSENNE_P)
+    return _minhash_rows(x, offsets, num_perm, seed)
+
+
+def signatures(texts: Sequence[str | None], *, num_perm: int = 128, seed: int = 0, shingle_size: int = 5) -> NDArray[np.uint32]:
+    """Signatures of a sequence of texts in one vectorised pass: uint32 [len(texts), num_perm].
+
+    Equal, row for row, to ``minhash(shingles(text, shingle_size), num_perm, seed)``.
+    """
+    _check_size("shingle_size", shingle_size)
+    perm_params(num_perm, seed)  # validates both before any work
+    return batch_signatures(encode_batch(texts), num_perm=num_perm, seed=seed, shingle_size=shingle_size)
+
+
+def is_empty(sigs: ArrayLike) -> NDArray[np.bool_]:
+    """True for all-P signatures (documents without shingles); works on one row or a 2-D batch."""
+    return np.all(np.asarray(sigs) == MERSENNE_P, axis=-1)
+
+
+def estimate(sig_a: ArrayLike, sig_b: ArrayLike) -> float:
+    """Fraction of positions where two signatures agree; 0.0 when either is all P."""
+    a = np.asarray(sig_a)
+    b = np.asarray(sig_b)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ValueError(f"estimate() takes two 1-D signatures. Got shapes {a.shape} and {b.shape}.")
+    if a.shape != b.shape:
+        raise ValueError(
+            f"Signatures of different lengths ({len(a)} and {len(b)}) cannot be compared: "
+            "compute both with the same num_perm and seed."
+        )
+    if len(a) == 0 or is_empty(a) or is_empty(b):
+        return 0.0
+    return float(np.count_nonzero(a == b)) / len(a)
+
+
+def pair_estimates(sigs: NDArray[np.uint32], left: NDArray[np.int64], right: NDArray[np.int64], *, chunk: int = 65536) -> NDArray[np.float64]:
+    """`estimate` for many pairs of rows of `sigs` at once: float64 [len(left)]."""
+    out = np.empty(len(left), dtype=np.float64)
+    empty = is_empty(sigs) if len(sigs) else np.zeros(0, dtype=bool)
+    for lo in range(0, len(left), chunk):
+        li, ri = left[lo : lo + chunk], right[lo : lo + chunk]
+        est = np.count_nonzero(sigs[li] == sigs[ri], axis=1) / sigs.shape[1]
+        est[empty[li] | empty[ri]] = 0.0
+        out[lo : lo + chunk] = est
+    return out

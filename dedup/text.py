@@ -1,0 +1,128 @@
+"""Words, shingles and Jaccard similarity (SPEC §1).
+
+The per-document functions here are the reference definitions. `encode_batch` turns a whole
+sequence of texts into one flat UTF-8 buffer with word boundaries, so the hashing kernels can
+work on every shingle of a partition at once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import AbstractSet
+
+import numpy as np
+from numpy.typing import NDArray
+
+_WORD = re.compile(r"\w+")
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens: ``re.findall(r"\\w+", text.lower())`` (Unicode rules)."""
+    return _WORD.findall(text.lower())
+
+
+def shingles(text: str, shingle_size: int = 5) -> set[str]:
+    """The set of `shingle_size` consecutive words joined by one space.
+
+    A text with 1 to shingle_size-1 words is one shingle of all its words; a text with no words
+    has no shingles.
+    """
+    _check_size("shingle_size", shingle_size)
+    w = words(text)
+    if not w:
+        return set()
+    if len(w) < shingle_size:
+        return {" ".join(w)}
+    return {" ".join(w[i : i + shingle_size]) for i in range(len(w) - shingle_size + 1)}
+
+
+def word_ngrams(text: str, ngram_size: int = 13) -> set[str]:
+    """Word n-grams joined by one space; a text shorter than `ngram_size` words has none."""
+    _check_size("ngram_size", ngram_size)
+    w = words(text)
+    return {" ".join(w[i : i + ngram_size]) for i in range(len(w) - ngram_size + 1)}
+
+
+def jaccard(a: AbstractSet[object], b: AbstractSet[object]) -> float:
+    """|A ∩ B| / |A ∪ B|; 0.0 when either set is empty."""
+    if not a or not b:
+        return 0.0
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
+
+
+def _check_size(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"The {name!r} parameter must be an integer >= 1. Got {value!r} instead.")
+
+
+@dataclass(frozen=True)
+class TextBatch:
+    """A sequence of texts as one UTF-8 buffer of their words, each joined by one space.
+
+    buf: uint8 [total bytes]; word_start/word_end: int64 [total words], byte offsets into buf;
+    word_offsets: int64 [n_docs + 1], the words of doc d are word_offsets[d]:word_offsets[d+1].
+    """
+
+    buf: NDArray[np.uint8]
+    word_start: NDArray[np.int64]
+    word_end: NDArray[np.int64]
+    word_offsets: NDArray[np.int64]
+
+    @property
+    def num_words(self) -> NDArray[np.int64]:
+        return np.diff(self.word_offsets)
+
+    def spans(self, size: int, *, short: bool) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+        """Byte spans of every `size`-word window, and per-document offsets into them.
+
+        With short=True a document of 1 to size-1 words has one window of all its words
+        (shingles); with short=False it has none (decontamination n-grams).
+        Returns (start, end, offsets): int64 [n_windows], int64 [n_windows], int64 [n_docs + 1].
+        """
+        _check_size("size", size)
+        nw = self.num_words
+        count = np.maximum(nw - size + 1, 0)
+        if short:
+            count = np.where(nw > 0, np.maximum(count, 1), 0)
+        offsets = np.zeros(len(nw) + 1, dtype=np.int64)
+        np.cumsum(count, out=offsets[1:])
+        doc = np.repeat(np.arange(len(nw), dtype=np.int64), count)
+        j = np.arange(offsets[-1], dtype=np.int64) - offsets[doc]
+        first = self.word_offsets[doc] + j
+        last = self.word_offsets[doc] + np.minimum(j + size - 1, nw[doc] - 1)
+        return self.word_start[first], self.word_end[last], offsets
+
+
+def normalized(text: str | None) -> str:
+    """The text's words joined by one space ('' for None or a text without words)."""
+    if text is None:
+        return ""
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def encode_batch(texts: Iterable[str | None]) -> TextBatch:
+    """Tokenise a batch of texts (None counts as a text without words) into a `TextBatch`."""
+    joined = [normalized(t) for t in texts]
+    return encode_normalized(joined)
+
+
+def encode_normalized(joined: Sequence[str]) -> TextBatch:
+    """`encode_batch` for texts already reduced to their words joined by one space."""
+    n = len(joined)
+    counts = np.fromiter((s.count(" ") + 1 if s else 0 for s in joined), dtype=np.int64, count=n)
+    word_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=word_offsets[1:])
+    raw = " ".join(s for s in joined if s).encode("utf-8")
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    # Words never contain a space and UTF-8 never uses byte 0x20 inside a character, so the
+    # words are exactly the maximal runs of non-space bytes.
+    spaces = np.flatnonzero(buf == 0x20)
+    if len(buf):
+        word_start = np.concatenate(([0], spaces + 1)).astype(np.int64)
+        word_end = np.concatenate((spaces, [len(buf)])).astype(np.int64)
+    else:
+        word_start = word_end = np.zeros(0, dtype=np.int64)
+    return TextBatch(buf=buf, word_start=word_start, word_end=word_end, word_offsets=word_offsets)

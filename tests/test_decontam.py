@@ -1,0 +1,113 @@
+"""SPEC §6: the 13-gram rule. A table of texts, each with the reason it is or is not flagged."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dedup import Doc, ProtectedNgrams, contaminated, decontaminate, protected_ngrams
+
+PROTECTED = "Tom found a shiny red shell by the river and carried it home to show his sister."
+
+CASES = [
+    # (text, flagged, why)
+    ("... and then TOM FOUND A SHINY, RED shell by the river and carried it home to show ...", True,
+     "the worked example: shares 'tom found ... it home' despite case and punctuation"),
+    ("found a shiny red shell by the river and carried it home to show his", True,
+     "13 words from the middle of the protected text"),
+    ("Tom found a shiny red shell by the river and carried it", False, "only 12 of those words"),
+    ("x y z Tom found a shiny red shell by the river and carried it home", True,
+     "the match is the document's last window (off-by-one pitfall)"),
+    ("Tom found a shiny red shell by the river and carried it homeward to show his sister", False,
+     "'homeward' is another word: no substring matching on raw text"),
+    ("tom-found-a-shiny-red-shell-by-the-river-and-carried-it-home", True, "punctuation separates words"),
+    ("", False, "no words"),
+]
+
+
+@pytest.fixture()
+def protected_file(tmp_path: Path) -> Path:
+    path = tmp_path / "eval.jsonl"
+    rows = [
+        {"id": "q1", "case_id": "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu",
+         "tags": ["one two three four five six seven eight nine ten eleven twelve thirteen"],
+         "scorer_args": {"ref": "uno dos tres cuatro cinco seis siete ocho nueve diez once doce trece"},
+         "prompt": PROTECTED},
+        {"id": "q2", "choices": ["short answer", {"text": "a nested protected string of at least thirteen words is right here now"}]},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    return path
+
+
+@pytest.mark.parametrize(("text", "flagged", "why"), CASES, ids=[c[2][:40] for c in CASES])
+def test_rule_table(protected_file: Path, text: str, flagged: bool, why: str) -> None:
+    grams = protected_ngrams([protected_file])
+    assert contaminated(text, grams) is flagged, why
+    assert bool(ProtectedNgrams.from_paths([protected_file]).flags([text])[0]) is flagged, why
+
+
+def test_id_like_keys_are_not_protected(protected_file: Path) -> None:
+    grams = protected_ngrams(protected_file)
+    for label in ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu",
+                  "one two three four five six seven eight nine ten eleven twelve thirteen",
+                  "uno dos tres cuatro cinco seis siete ocho nueve diez once doce trece"):
+        assert not contaminated(label, grams)
+    assert contaminated("a nested protected string of at least thirteen words is right here now", grams)
+
+
+def test_short_protected_text_contributes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "short.txt"
+    path.write_text("only twelve words here in this protected text a b c d")
+    assert protected_ngrams(path) == set()
+
+
+def test_plain_file_is_one_protected_text(tmp_path: Path) -> None:
+    path = tmp_path / "eval.txt"
+    path.write_text(PROTECTED)
+    assert len(protected_ngrams(path)) == 17 - 13 + 1
+
+
+def test_bad_json_line_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "fine"}\n{"prompt": oops}\n')
+    with pytest.raises(ValueError, match=r"bad\.jsonl: line 2 is not valid JSON"):
+        protected_ngrams(path)
+
+
+def test_missing_protected_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        protected_ngrams(tmp_path / "nope.jsonl")
+
+
+def test_decontaminate_streams_lazily(protected_file: Path) -> None:
+    """Pitfall: materialising a whole stream. An endless input still yields."""
+
+    def endless() -> Iterator[Doc]:
+        for i in itertools.count():
+            yield Doc(str(i), PROTECTED if i % 2 else f"clean document number {i}")
+
+    out = list(itertools.islice(decontaminate(endless(), protected_file), 3))
+    assert [d.id for d in out] == ["0", "2", "4"]
+
+
+def test_hash_hits_are_confirmed_against_the_ngram_text(protected_file: Path) -> None:
+    """A hash collision must never cost a document: the bytes are compared on every hit."""
+    prot = ProtectedNgrams.from_paths([protected_file])
+    fake = ProtectedNgrams(prot.ngram_size, prot.hashes, prot.offsets, prot.blob.copy(), prot.source, prot.files)
+    fake.blob[:] = ord("q")  # same hashes, different n-gram bytes: every hit is a "collision"
+    assert prot.flags([PROTECTED])[0] and not fake.flags([PROTECTED])[0]
+
+
+def test_first_hit_names_the_first_file(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("completely different words that make up a thirteen word window for file a here")
+    b.write_text(PROTECTED)
+    prot = ProtectedNgrams.from_paths([a, b])
+    from dedup.text import encode_batch
+
+    assert prot.first_hit(encode_batch([PROTECTED, "clean", None])).tolist() == [1, -1, -1]
+    assert prot.gram_counts() == [2, 5]

@@ -1,0 +1,125 @@
+"""SPEC §1 and §3: words, shingles, Jaccard, signatures and the estimate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dedup import MERSENNE_P, estimate, jaccard, minhash, shingles, signatures, words
+from tests.reference import ref_shingles, ref_signature
+
+
+def test_hand_example() -> None:
+    a = shingles("the cat sat on the mat today", 3)
+    b = shingles("the cat sat on the mat again", 3)
+    assert len(a & b) == 4 and len(a | b) == 6
+    assert jaccard(a, b) == pytest.approx(0.667, abs=5e-4)
+
+
+def test_case_and_punctuation_never_matter() -> None:
+    assert words("Hello,   WORLD!!") == words("hello world") == ["hello", "world"]
+    assert shingles("Hello,   WORLD!!", 5) == shingles("hello world", 5)
+
+
+@pytest.mark.parametrize("n_words", [1, 2, 3, 4])
+def test_short_text_is_one_shingle(n_words: int) -> None:
+    text = " ".join(["w%d" % i for i in range(n_words)])
+    assert shingles(text, 5) == {text}
+    # a short line still matches its copy
+    assert estimate(*signatures([text, text.upper() + "!"])) == 1.0
+
+
+def test_k_words_give_one_shingle_and_more_give_windows() -> None:
+    assert shingles("a b c d e", 5) == {"a b c d e"}
+    assert shingles("a b c d e f", 5) == {"a b c d e", "b c d e f"}
+
+
+def test_jaccard_of_empty_sets_is_zero() -> None:
+    assert jaccard(set(), set()) == 0.0
+    assert jaccard({"a"}, set()) == 0.0
+
+
+@pytest.mark.parametrize("text", ["", "   ", "!!! ...", "\u200b", None])
+def test_wordless_text_has_all_p_signature_and_zero_estimate(text: str | None) -> None:
+    sig = signatures([text])[0]
+    assert (sig == MERSENNE_P).all()
+    assert estimate(sig, sig) == 0.0
+    assert shingles(text or "") == set()
+
+
+def test_signature_equals_plain_python_reference() -> None:
+    texts = ["the quick brown fox jumps over the lazy dog again and again", "short one", "Ünïcödé wörds ñ 日本語 テキスト"]
+    sigs = signatures(texts, num_perm=64, seed=3, shingle_size=3)
+    assert sigs.dtype == np.uint32 and sigs.shape == (3, 64)
+    for text, sig in zip(texts, sigs):
+        assert sig.tolist() == ref_signature(text, k=3, num_perm=64, seed=3)
+
+
+def test_minhash_of_one_set_equals_batch_row() -> None:
+    text = "a b c d e f g h i j k"
+    assert (minhash(shingles(text)) == signatures([text])[0]).all()
+
+
+def test_batch_does_not_depend_on_chunking() -> None:
+    """Pitfall: a seed per worker chunk. Any split of the batch gives the same rows."""
+    texts = [f"doc {i} " + " ".join(f"w{j % (i + 3)}" for j in range(30)) for i in range(50)]
+    whole = signatures(texts)
+    parts = np.concatenate([signatures(texts[i : i + 7]) for i in range(0, 50, 7)])
+    assert (whole == parts).all()
+
+
+def test_signature_ignores_shingle_order_and_repetition() -> None:
+    s = ["x y", "y z", "z w"]
+    assert (minhash(s) == minhash(list(reversed(s)) + s)).all()
+
+
+def test_union_signature_is_elementwise_min() -> None:
+    a, b = {"p q", "q r", "r s"}, {"r s", "s t"}
+    assert (minhash(a | b) == np.minimum(minhash(a), minhash(b))).all()
+
+
+def test_estimate_is_positional_not_set_based() -> None:
+    """Pitfall: comparing signatures as sets. A permuted signature shares values, not positions."""
+    sig = signatures(["one two three four five six seven eight nine ten"])[0]
+    assert estimate(sig, np.roll(sig, 1)) < 0.1
+    assert estimate(sig, sig) == 1.0
+
+
+def test_estimate_rejects_mismatched_lengths() -> None:
+    with pytest.raises(ValueError, match="same num_perm"):
+        estimate(np.zeros(128, np.uint32), np.zeros(64, np.uint32))
+
+
+def _pair_with_jaccard(rng: np.random.Generator, inter: int, only: int, tag: str) -> tuple[str, str]:
+    pool = [f"{tag}x{i}" for i in rng.permutation(inter + 2 * only)]
+    common, a_only, b_only = pool[:inter], pool[inter : inter + only], pool[inter + only :]
+    return " ".join(common + a_only), " ".join(common + b_only)
+
+
+def test_estimator_is_unbiased_at_one_third() -> None:
+    rng = np.random.default_rng(11)
+    j = 1 / 3
+    pairs = [_pair_with_jaccard(rng, 50, 50, f"p{n}") for n in range(40)]
+    sigs = signatures([t for p in pairs for t in p], shingle_size=1)
+    ests = [estimate(sigs[2 * n], sigs[2 * n + 1]) for n in range(40)]
+    z = (np.mean(ests) - j) / np.sqrt(j * (1 - j) / 128 / 40)
+    assert abs(z) < 3.29
+
+
+unicode_text = st.text(
+    alphabet=st.one_of(
+        st.characters(codec="utf-8"),
+        st.sampled_from(["\u0301", "\u200b", "\u200d", "日", "本", "😀", "é", "İ", "ß", " ", "\n", "_"]),
+    ),
+    max_size=60,
+)
+
+
+@given(st.lists(unicode_text, max_size=6), st.integers(1, 4))
+def test_signatures_equal_reference_for_arbitrary_unicode(texts: list[str], k: int) -> None:
+    sigs = signatures(texts, num_perm=16, seed=5, shingle_size=k)
+    for text, sig in zip(texts, sigs):
+        assert shingles(text, k) == ref_shingles(text, k)
+        assert sig.tolist() == ref_signature(text, k=k, num_perm=16, seed=5)
