@@ -1,0 +1,231 @@
+"""Pure pandas/numpy stages of the pipeline, one partition at a time (no Dask here).
+
+Every function takes and returns plain frames with numpy dtypes, so each stage is testable
+without a cluster and safe to shuffle or write (no list, fixed-size-list or object-of-array
+columns: those break p2p shuffles and Parquet round trips in current pandas/pyarrow).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from dedup.config import Params
+from dedup.decontam import ProtectedNgrams
+from dedup.hashing import span_hashes
+from dedup.lsh import NO_KEY, band_keys
+from dedup.minhash import batch_signatures
+from dedup.text import encode_normalized, normalized
+
+KIND_CANDIDATE = 0
+"""An edge to confirm: the two documents share a bucket."""
+KIND_SAME_TEXT = 1
+"""An edge between documents with identical words (Jaccard 1): confirmed by construction."""
+KIND_APPROX = 2
+"""A candidate edge from a bucket too large for all pairs: star edges to the bucket's first member."""
+
+
+def sig_columns(num_perm: int) -> list[str]:
+    return [f"h{i:03d}" for i in range(num_perm)]
+
+
+def doc_keys(ids: pd.Series) -> NDArray[np.int64]:
+    """A stable int64 key per document id: integer ids as they are, other ids hashed (64 bit)."""
+    if pd.api.types.is_integer_dtype(ids.dtype):
+        return ids.to_numpy(dtype=np.int64)
+    values = ids.astype(object).to_numpy()
+    return pd.util.hash_array(values, categorize=False).view(np.int64)
+
+
+def texts_of(column: pd.Series) -> list[str | None]:
+    """A text column as Python strings, missing values as None."""
+    return [t if isinstance(t, str) else None for t in column.tolist()]
+
+
+def features_meta(num_perm: int) -> pd.DataFrame:
+    cols: dict[str, Any] = {
+        "doc": pd.Series(dtype=np.int64),
+        "tkey": pd.Series(dtype=np.uint64),
+        "tkey2": pd.Series(dtype=np.uint64),
+        "source": pd.Series(dtype=np.int32),
+    }
+    for c in sig_columns(num_perm):
+        cols[c] = pd.Series(dtype=np.uint32)
+    return pd.DataFrame(cols)
+
+
+def features(part: pd.DataFrame, id_column: str, text_column: str, params: Params,
+             protected: ProtectedNgrams | None) -> pd.DataFrame:
+    """Per document: key, two text hashes, contamination source and MinHash signature.
+
+    tkey/tkey2: two independent 64-bit hashes of the document's words (0 for a document with
+    no words or a contaminated one: such documents take no part in near-dedup).
+    source: index of the protected file it overlaps first, -1 when clean.
+    """
+    joined = [normalized(t) for t in texts_of(part[text_column])]
+    batch = encode_normalized(joined)
+    sigs = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size)
+    nw = batch.num_words
+    has_words = nw > 0
+    if protected is not None and len(protected):
+        source = protected.first_hit(batch) if params.ngram_size == protected.ngram_size else None
+        if source is None:
+            raise ValueError("protected n-grams were built with another ngram_size")
+    else:
+        source = np.full(len(joined), -1, dtype=np.int32)
+    tkey = pd.util.hash_array(np.array(joined, dtype=object), categorize=False)
+    first = batch.word_offsets[:-1][has_words]
+    last = batch.word_offsets[1:][has_words] - 1
+    tkey2 = np.zeros(len(joined), dtype=np.uint64)
+    tkey2[has_words] = span_hashes(batch.buf, batch.word_start[first], batch.word_end[last])
+    tkey[tkey == 0] = 1
+    tkey2[tkey2 == 0] = 1
+    active = has_words & (source < 0)
+    tkey[~active] = 0
+    tkey2[~active] = 0
+    out = pd.DataFrame({"doc": doc_keys(part[id_column]), "tkey": tkey, "tkey2": tkey2, "source": source.astype(np.int32)})
+    sig_frame = pd.DataFrame(sigs, columns=sig_columns(params.num_perm))
+    return pd.concat([out, sig_frame], axis=1)
+
+
+def _local_reps(feat: pd.DataFrame) -> tuple[pd.DataFrame, NDArray[np.int64]]:
+    """Active documents and, per document, the smallest key among those with the same words."""
+    active = feat[feat["tkey"] != 0]
+    rep = active.groupby(["tkey", "tkey2"], sort=False)["doc"].transform("min").to_numpy(dtype=np.int64)
+    return active, rep
+
+
+def same_text_edges(feat: pd.DataFrame) -> pd.DataFrame:
+    """Edges (doc -> smallest doc with the same words) inside one partition."""
+    active, rep = _local_reps(feat)
+    doc = active["doc"].to_numpy(dtype=np.int64)
+    keep = doc != rep
+    return pd.DataFrame({"left": rep[keep], "right": doc[keep]})
+
+
+LONG_META = pd.DataFrame({
+    "band": pd.Series(dtype=np.uint8), "key": pd.Series(dtype=np.uint64),
+    "doc": pd.Series(dtype=np.int64), "tkey": pd.Series(dtype=np.uint64), "tkey2": pd.Series(dtype=np.uint64),
+})
+
+
+def long_form(feat: pd.DataFrame, params: Params) -> pd.DataFrame:
+    """(band, key, doc, tkey, tkey2) rows for the partition's local representatives.
+
+    Identical texts are collapsed to one representative before the shuffle (their edges come
+    from `same_text_edges`), so boilerplate repeated in a partition ships one row per band.
+    """
+    active, rep = _local_reps(feat)
+    reps = active[active["doc"].to_numpy() == rep]
+    sigs = reps[sig_columns(params.num_perm)].to_numpy()
+    keys = band_keys(sigs, num_bands=params.num_bands, rows_per_band=params.rows_per_band)
+    n, nb = keys.shape
+    out = pd.DataFrame({
+        "band": np.tile(np.arange(nb, dtype=np.uint8), n),
+        "key": keys.ravel(),
+        "doc": np.repeat(reps["doc"].to_numpy(dtype=np.int64), nb),
+        "tkey": np.repeat(reps["tkey"].to_numpy(dtype=np.uint64), nb),
+        "tkey2": np.repeat(reps["tkey2"].to_numpy(dtype=np.uint64), nb),
+    })
+    return out[out["key"] != NO_KEY].reset_index(drop=True)
+
+
+EDGE_META = pd.DataFrame({
+    "left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
+    "kind": pd.Series(dtype=np.uint8), "band": pd.Series(dtype=np.uint8),
+})
+
+
+def _pairs_within(starts: NDArray[np.int64], sizes: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """All (i, j), i < j, of positions inside each group [start, start + size), vectorised."""
+    pos = np.repeat(starts, sizes) + (np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+    group_end = np.repeat(starts + sizes, sizes)
+    partners = group_end - pos - 1
+    left = np.repeat(pos, partners)
+    offs = np.arange(partners.sum()) - np.repeat(np.cumsum(partners) - partners, partners)
+    return left, left + 1 + offs
+
+
+def bucket_edges(long: pd.DataFrame, max_bucket: int) -> pd.DataFrame:
+    """Edges of the buckets in one shuffled partition (every bucket lives in one partition).
+
+    Same-text members of a bucket collapse to their smallest key (KIND_SAME_TEXT edges); the
+    distinct texts of a bucket are paired all against all (KIND_CANDIDATE) when there are at
+    most `max_bucket` of them, otherwise joined by star edges to the smallest (KIND_APPROX).
+    """
+    if long.empty:
+        return EDGE_META.copy()
+    df = long.sort_values(["band", "key", "tkey", "tkey2", "doc"], kind="stable")
+    band = df["band"].to_numpy()
+    key = df["key"].to_numpy()
+    tk = df["tkey"].to_numpy()
+    tk2 = df["tkey2"].to_numpy()
+    doc = df["doc"].to_numpy(dtype=np.int64)
+    new_bucket = np.ones(len(df), dtype=bool)
+    new_bucket[1:] = (band[1:] != band[:-1]) | (key[1:] != key[:-1])
+    new_text = new_bucket.copy()
+    new_text[1:] |= (tk[1:] != tk[:-1]) | (tk2[1:] != tk2[:-1])
+    # same text inside a bucket: edge to the first (smallest) member
+    text_id = np.cumsum(new_text) - 1
+    text_first = np.flatnonzero(new_text)
+    dup = ~new_text
+    same_l, same_r = doc[text_first[text_id[dup]]], doc[dup]
+    # distinct texts per bucket
+    rep_pos = text_first
+    rep_bucket = np.cumsum(new_bucket)[rep_pos] - 1
+    _, starts, sizes = np.unique(rep_bucket, return_index=True, return_counts=True)
+    small = (sizes > 1) & (sizes <= max_bucket)
+    li, ri = _pairs_within(starts[small].astype(np.int64), sizes[small].astype(np.int64))
+    big = sizes > max_bucket
+    big_starts, big_sizes = starts[big], sizes[big]
+    star_l = np.repeat(big_starts, big_sizes - 1)
+    star_r = np.arange(big_sizes.sum() - len(big_sizes)) - np.repeat(np.cumsum(big_sizes - 1) - (big_sizes - 1), big_sizes - 1)
+    star_r = star_r + star_l + 1
+    rep_doc, rep_band = doc[rep_pos], band[rep_pos]
+    left = np.concatenate([same_l, rep_doc[li], rep_doc[star_l]])
+    right = np.concatenate([same_r, rep_doc[ri], rep_doc[star_r]])
+    kind = np.concatenate([
+        np.full(len(same_l), KIND_SAME_TEXT, np.uint8),
+        np.full(len(li), KIND_CANDIDATE, np.uint8),
+        np.full(len(star_l), KIND_APPROX, np.uint8),
+    ])
+    bands = np.concatenate([band[dup], rep_band[li], rep_band[star_l]]).astype(np.uint8)
+    lo, hi = np.minimum(left, right), np.maximum(left, right)
+    return pd.DataFrame({"left": lo, "right": hi, "kind": kind, "band": bands})
+
+
+def select_docs(feat: pd.DataFrame, wanted: NDArray[np.int64], columns: list[str]) -> pd.DataFrame:
+    """Rows of `feat` whose doc key is in the sorted array `wanted`."""
+    doc = feat["doc"].to_numpy(dtype=np.int64)
+    pos = np.searchsorted(wanted, doc)
+    pos[pos == len(wanted)] = 0
+    hit = (wanted[pos] == doc) if len(wanted) else np.zeros(len(doc), dtype=bool)
+    return feat.loc[hit, columns].reset_index(drop=True)
+
+
+def attach_roots(part: pd.DataFrame, feat: pd.DataFrame, id_column: str, members: NDArray[np.int64],
+                 roots: NDArray[np.object_], drop: bool, tag: bool = True) -> pd.DataFrame:
+    """Add `minhash_cluster` (root id as a string) and drop contaminated rows (and non-roots if drop).
+
+    With tag=False (decontamination only) no column is added.
+    members: sorted int64 doc keys of documents in a cluster; roots: their root ids.
+    """
+    doc = feat["doc"].to_numpy(dtype=np.int64)
+    own = part[id_column].astype(str).to_numpy(dtype=object)
+    cluster = own.copy()
+    if len(members):
+        pos = np.searchsorted(members, doc)
+        pos[pos == len(members)] = 0
+        hit = members[pos] == doc
+        cluster[hit] = roots[pos[hit]]
+    keep = feat["source"].to_numpy() < 0
+    if drop:
+        keep &= cluster == own
+    if not tag:
+        return part[keep]
+    out = part.copy()
+    out["minhash_cluster"] = pd.array(cluster, dtype="string")
+    return out[keep]

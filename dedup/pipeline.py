@@ -1,0 +1,341 @@
+"""The Dask job: Parquet shards in, near-duplicates tagged or dropped, contaminated rows removed.
+
+Stages (each a pure function in `dedup.frames`, orchestrated here):
+features (signatures, text hashes, contamination) -> long form (band, key, doc) -> shuffle on
+(band, key) -> bucket edges -> confirm on the client -> min-root union-find -> roots merged back
+partition by partition (no reshuffle of documents, row order kept).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from dedup import frames
+from dedup.config import Params
+from dedup.decontam import PathLike, ProtectedNgrams
+from dedup.near import confirm_pairs
+from dedup.unionfind import components
+
+log = logging.getLogger("dedup")
+
+DEFAULT_MAX_BUCKET = 256
+"""Distinct texts in one bucket above which all-pairs is replaced by star edges (reported)."""
+
+
+@dataclass
+class Report:
+    """What a run found, for the manifest; counts add up."""
+
+    input_rows: int = 0
+    contaminated: int = 0
+    contaminated_by_file: dict[str, int] = field(default_factory=dict)
+    near_duplicates: int = 0
+    clusters: int = 0
+    largest_cluster: int = 0
+    candidate_pairs: int = 0
+    confirmed_pairs: int = 0
+    same_text_pairs: int = 0
+    approximated_buckets: int = 0
+    largest_approximated_bucket: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class _Stage:
+    """Logs one line per stage with its seconds, and records them in the report."""
+
+    def __init__(self, report: Report, name: str) -> None:
+        self.report, self.name = report, name
+
+    def __enter__(self) -> _Stage:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        secs = time.perf_counter() - self.start
+        self.report.seconds[self.name] = round(self.report.seconds.get(self.name, 0.0) + secs, 3)
+
+
+def _compute(*collections: Any, retries: int = 2) -> Any:
+    """dask.compute on the active client with retries (dask.annotate(retries=) is ignored)."""
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):
+        return dask.compute(*collections)
+    futures = client.compute(list(collections), retries=retries)
+    from dedup.runtime import show_progress
+
+    show_progress(futures)
+    return client.gather(futures)
+
+
+def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:
+    cols = list(ddf.columns)
+    for role, name in (("id", id_column), ("text", text_column)):
+        if name not in cols:
+            raise ValueError(f"The {role} column {name!r} is not in the input; columns found: {cols}. "
+                             f"Pass --{role}-column to name it.")
+    tdtype = ddf._meta[text_column].dtype
+    if not (pd.api.types.is_string_dtype(tdtype) or tdtype == object):
+        raise ValueError(f"The text column {text_column!r} has type {tdtype}; it must hold strings.")
+    idtype = ddf._meta[id_column].dtype
+    if not (pd.api.types.is_integer_dtype(idtype) or pd.api.types.is_string_dtype(idtype) or idtype == object):
+        raise ValueError(f"The id column {id_column!r} has type {idtype}; ids must be strings or integers.")
+    if "minhash_cluster" in cols:
+        raise ValueError("The input already has a 'minhash_cluster' column; rename or drop it first.")
+
+
+def _scatter(value: Any) -> Any:
+    """Send `value` to the workers once (a future), or return it as is without a client."""
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):
+        return value
+    [future] = client.scatter([value], broadcast=True)
+    return future
+
+
+def _edges_to_confirm(edges: pd.DataFrame) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    def unique_pairs(df: pd.DataFrame) -> NDArray[np.int64]:
+        if df.empty:
+            return np.zeros((0, 2), np.int64)
+        return np.unique(df[["left", "right"]].to_numpy(dtype=np.int64), axis=0)
+
+    same = unique_pairs(edges[edges["kind"] == frames.KIND_SAME_TEXT])
+    cand = unique_pairs(edges[edges["kind"] != frames.KIND_SAME_TEXT])
+    return same[:, 0], same[:, 1], cand[:, 0], cand[:, 1]
+
+
+def _check_unique_keys(feat: dd.DataFrame, ddf: dd.DataFrame, id_column: str) -> None:
+    """Raise, naming ids, if an id repeats (or two ids share a 64-bit key)."""
+    keys = feat[["doc"]]
+    dup = keys.shuffle(on="doc").map_partitions(lambda d: d[d["doc"].duplicated(keep=False)], meta=keys._meta)
+    (found,) = _compute(dup)
+    if found.empty:
+        return
+    bad = np.unique(found["doc"].to_numpy(np.int64))
+    ids = ddf[[id_column]].map_partitions(
+        lambda p, bad=bad: p.assign(_k=frames.doc_keys(p[id_column]))[lambda d: d["_k"].isin(bad)], meta=ddf[[id_column]]._meta.assign(_k=np.int64(0)))
+    (rows,) = _compute(ids)
+    names = sorted(set(rows[id_column].astype(str)))
+    if len(names) == len(bad):
+        raise ValueError(f"{len(bad)} document id(s) occur more than once, e.g. {names[:5]}; ids must be unique.")
+    raise ValueError(f"Ids {names[:5]} hash to the same 64-bit key; rename one of them.")
+
+
+def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
+                  max_bucket: int, npartitions: int | None, report: Report) -> tuple[NDArray[np.int64], NDArray[np.object_]]:
+    """(doc keys, root ids) of every document in a cluster of two or more."""
+    with _Stage(report, "buckets"):
+        long = feat.map_partitions(frames.long_form, params, meta=frames.LONG_META)
+        k = npartitions or max(1, long.npartitions)
+        buckets = long.shuffle(on=["band", "key"], npartitions=k)
+        edges = buckets.map_partitions(frames.bucket_edges, max_bucket, meta=frames.EDGE_META)
+        local = feat.map_partitions(frames.same_text_edges, meta=frames.EDGE_META[["left", "right"]])
+        edge_df, local_df = _compute(edges, local)
+        local_df = local_df.assign(kind=np.uint8(frames.KIND_SAME_TEXT), band=np.uint8(0))
+        all_edges = pd.concat([edge_df, local_df], ignore_index=True)
+        approx = edge_df[edge_df["kind"] == frames.KIND_APPROX]
+        if len(approx):
+            sizes = approx.groupby(["band", "left"]).size() + 1
+            report.approximated_buckets = int(len(sizes))
+            report.largest_approximated_bucket = int(sizes.max())
+            log.warning("%d bucket(s) had more than %d distinct texts (largest %d): joined by star edges, "
+                        "not all pairs", len(sizes), max_bucket, sizes.max())
+        same_l, same_r, cand_l, cand_r = _edges_to_confirm(all_edges)
+        log.info("buckets: %d candidate pairs, %d same-text pairs", len(cand_l), len(same_l))
+    with _Stage(report, "confirm"):
+        wanted = np.unique(np.concatenate([same_l, same_r, cand_l, cand_r]))
+        cols = ["doc", "_id"] + (frames.sig_columns(params.num_perm) if params.confirm == "estimate" else ["_text"])
+        wanted_f = _scatter(wanted)
+
+        def pick(part: pd.DataFrame, f: pd.DataFrame, w: NDArray[np.int64]) -> pd.DataFrame:
+            f = f.assign(_id=part[id_column].to_numpy(), _text=frames.texts_of(part[text_column]))
+            return frames.select_docs(f, w, cols)
+
+        meta = feat._meta.assign(_id=ddf._meta[id_column], _text=pd.Series(dtype=object))[cols]
+        picked = dd.map_partitions(pick, ddf, feat, wanted_f, meta=meta, align_dataframes=False)
+        (table,) = _compute(picked)
+        table = table.sort_values("doc", kind="stable").reset_index(drop=True)
+        keys = table["doc"].to_numpy(np.int64)
+        li, ri = np.searchsorted(keys, cand_l), np.searchsorted(keys, cand_r)
+        if params.confirm == "estimate":
+            ok = confirm_pairs(li, ri, params, sigs=table[frames.sig_columns(params.num_perm)].to_numpy())
+        else:
+            ok = confirm_pairs(li, ri, params, texts=table["_text"].tolist())
+        report.candidate_pairs = int(len(cand_l))
+        report.confirmed_pairs = int(ok.sum())
+        report.same_text_pairs = int(len(same_l))
+        log.info("confirm (%s): %d of %d candidate pairs reach %.3f", params.confirm, ok.sum(), len(ok), params.threshold)
+    with _Stage(report, "union-find"):
+        members, root_keys = components(np.concatenate([same_l, cand_l[ok]]), np.concatenate([same_r, cand_r[ok]]))
+        ids = table["_id"].to_numpy()[np.searchsorted(keys, members)]
+        frame = pd.DataFrame({"root": root_keys, "id": ids})
+        if pd.api.types.is_integer_dtype(frame["id"].dtype):
+            root_id = frame.groupby("root")["id"].transform("min").astype(str)
+        else:
+            root_id = frame.assign(id=frame["id"].astype(str)).groupby("root")["id"].transform("min")
+        sizes = frame.groupby("root").size()
+        report.clusters = int(len(sizes))
+        report.largest_cluster = int(sizes.max()) if len(sizes) else 0
+        report.near_duplicates = int(len(members) - len(sizes))
+        log.info("union-find: %d clusters, largest %d, %d near duplicates", report.clusters,
+                 report.largest_cluster, report.near_duplicates)
+    return members, root_id.to_numpy(dtype=object)
+
+
+def _features(ddf: dd.DataFrame, id_column: str, text_column: str, params: Params,
+              protected: ProtectedNgrams | None) -> dd.DataFrame:
+    prot = _scatter(protected) if protected is not None else None
+    return ddf.map_partitions(frames.features, id_column, text_column, params, prot,
+                              meta=frames.features_meta(params.num_perm))
+
+
+def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
+            id_column: str = "id", text_column: str = "text", params: Params | None = None, drop: bool = True,
+            max_bucket: int = DEFAULT_MAX_BUCKET, npartitions: int | None = None,
+            report: Report | None = None) -> dd.DataFrame:
+    """Decontaminate (if `protected`), then near-dedup (if `near`); a lazy frame with `minhash_cluster`.
+
+    Runs the clustering eagerly (it needs every document) and returns the final frame lazily,
+    with the input's partitions and row order.
+    """
+    params = params or Params()
+    report = report if report is not None else Report()
+    _check_columns(ddf, id_column, text_column)
+    with _Stage(report, "features"):
+        feat = _features(ddf, id_column, text_column, params, protected).persist()
+        counts = feat.map_partitions(
+            lambda f: pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())]}),
+            meta={"rows": "int64", "contaminated": "int64"})
+        (count_df,) = _compute(counts)
+        report.input_rows = int(count_df["rows"].sum())
+        report.contaminated = int(count_df["contaminated"].sum())
+        log.info("features: %d rows in %d partitions, %d contaminated", report.input_rows, ddf.npartitions,
+                 report.contaminated)
+    if protected is not None:
+        by_file = feat["source"].map_partitions(lambda s: s[s >= 0].value_counts(), meta=pd.Series(dtype=np.int64))
+        (vc,) = _compute(by_file)
+        totals = vc.groupby(level=0).sum() if len(vc) else vc
+        report.contaminated_by_file = {name: int(totals.get(i, 0)) for i, name in enumerate(protected.files)}
+    _check_unique_keys(feat, ddf, id_column)
+    if near:
+        members, roots = cluster_table(ddf, feat, id_column=id_column, text_column=text_column, params=params,
+                                       max_bucket=max_bucket, npartitions=npartitions, report=report)
+    else:
+        members, roots = np.zeros(0, np.int64), np.zeros(0, object)
+    members_f, roots_f = _scatter(members), _scatter(roots)
+    meta = ddf._meta.assign(minhash_cluster=pd.Series(dtype="string")) if near else ddf._meta
+    return dd.map_partitions(frames.attach_roots, ddf, feat, id_column, members_f, roots_f, drop and near, near,
+                             meta=meta, align_dataframes=False)
+
+
+def near_dedup(ddf: dd.DataFrame, *, id_column: str = "id", text_column: str = "text", params: Params | None = None,
+               drop: bool = True, **kwargs: Any) -> dd.DataFrame:
+    """Tag near duplicates with `minhash_cluster` (the root id); with drop, keep roots only."""
+    return process(ddf, near=True, id_column=id_column, text_column=text_column, params=params, drop=drop, **kwargs)
+
+
+def decontaminate(ddf: dd.DataFrame, protected: ProtectedNgrams | PathLike | Sequence[PathLike], *,
+                  id_column: str = "id", text_column: str = "text", ngram_size: int = 13, **kwargs: Any) -> dd.DataFrame:
+    """Drop documents that share a word n-gram with the protected texts."""
+    prot = protected if isinstance(protected, ProtectedNgrams) else ProtectedNgrams.from_paths(
+        protected if not isinstance(protected, (str, bytes)) and isinstance(protected, Iterable) else [protected],
+        ngram_size)
+    params = Params(ngram_size=prot.ngram_size)
+    return process(ddf, protected=prot, near=False, id_column=id_column, text_column=text_column, params=params,
+                   drop=False, **kwargs)
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {}
+    for pkg in ("dedup", "numpy", "numba", "pandas", "pyarrow", "dask", "distributed"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = "unknown"
+    return out
+
+
+def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
+        text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
+        max_bucket: int = DEFAULT_MAX_BUCKET, retries: int = 2) -> dict[str, Any]:
+    """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
+
+    Runs on the active distributed client (or the local scheduler without one). OUTPUT gets
+    one Parquet shard per input partition plus `_dedup.json`, the manifest, which is returned.
+    """
+    from dedup import io
+
+    params = params or Params()
+    report = Report()
+    start = time.perf_counter()
+    files = io.input_files(input)
+    io.check_output([input], output, overwrite)
+    prot = None
+    if protected:
+        with _Stage(report, "protected"):
+            prot = ProtectedNgrams.from_paths(list(protected), params.ngram_size)
+            for name, count in zip(prot.files, prot.gram_counts()):
+                if count == 0:
+                    log.warning("protected file %s holds no %d-gram: it protects nothing", name, params.ngram_size)
+            log.info("protected: %d distinct %d-grams from %d file(s)", len(prot), params.ngram_size, len(prot.files))
+    ddf = dd.read_parquet(files)
+    result = process(ddf, protected=prot, near=near, id_column=id_column, text_column=text_column, params=params,
+                     drop=drop, max_bucket=max_bucket, report=report)
+    staging = io.Staging(output)
+    try:
+        with _Stage(report, "write"):
+            n = result.npartitions
+            write = result.to_parquet(staging.url, write_index=False, compute=False,
+                                      name_function=lambda i: f"part-{i:05d}-of-{n:05d}.parquet")
+            _compute(write, retries=retries)
+            output_rows = io.parquet_rows(staging.fs, staging.tmp)
+        dropped_near = report.near_duplicates if (near and drop) else 0
+        expected = report.input_rows - report.contaminated - dropped_near
+        if output_rows != expected:
+            raise RuntimeError(f"Accounting mismatch: wrote {output_rows} rows, expected {expected} "
+                               f"({report.input_rows} in - {report.contaminated} contaminated - {dropped_near} "
+                               "near duplicates). Nothing was replaced; please report this as a bug.")
+        report.seconds["total"] = round(time.perf_counter() - start, 3)
+        manifest = {
+            "input": input, "input_files": len(files), "output": output,
+            "input_rows": report.input_rows, "output_rows": output_rows,
+            "near_duplicates_dropped": dropped_near, "near_duplicates_found": report.near_duplicates,
+            "contaminated_dropped": report.contaminated, "contaminated_by_file": report.contaminated_by_file,
+            "clusters": report.clusters, "largest_cluster": report.largest_cluster,
+            "candidate_pairs": report.candidate_pairs, "confirmed_pairs": report.confirmed_pairs,
+            "same_text_pairs": report.same_text_pairs,
+            "approximated_buckets": report.approximated_buckets,
+            "largest_approximated_bucket": report.largest_approximated_bucket,
+            "max_bucket": max_bucket, "near_dedup": near, "drop_duplicates": drop,
+            "id_column": id_column, "text_column": text_column,
+            "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
+            "protected_files": list(prot.files) if prot else [],
+            "versions": _versions(), "seconds": report.seconds,
+        }
+        staging.write_json("_dedup.json", manifest)
+        staging.commit()
+    except BaseException:
+        staging.discard()
+        raise
+    log.info("wrote %d of %d rows to %s in %.1f s", output_rows, report.input_rows, output, report.seconds["total"])
+    return manifest
