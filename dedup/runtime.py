@@ -30,7 +30,9 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
             client.close()
         return
     workers = n_workers or max(1, os.cpu_count() or 1)
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+    quiet = logging.WARNING if log.isEnabledFor(logging.DEBUG) else logging.ERROR
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=quiet) as cluster, \
             Client(cluster) as client:
         log.info("local cluster: %d worker processes; dashboard %s", workers, client.dashboard_link)
         yield client

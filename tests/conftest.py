@@ -1,9 +1,60 @@
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
+import pandas as pd
+import pytest
 from hypothesis import settings
+
+from dedup.corpus import CorpusDoc, generate, protected_example
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True)
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(scope="session")
+def corpus() -> list[CorpusDoc]:
+    """The SPEC §7 corpus, small: about 550 documents."""
+    return generate(300, seed=1)
+
+
+@pytest.fixture(scope="session")
+def corpus_frame(corpus: list[CorpusDoc]) -> pd.DataFrame:
+    return pd.DataFrame({"id": [d.id for d in corpus], "text": [d.text for d in corpus],
+                         "family": [d.family for d in corpus]})
+
+
+def write_shards(frame: pd.DataFrame, directory: Path, shards: int) -> Path:
+    """Write `frame` as `shards` Parquet files (round robin rows) into `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(shards):
+        frame.iloc[i::shards].to_parquet(directory / f"shard-{i:02d}.parquet", index=False)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def protected_file(tmp_path_factory: pytest.TempPathFactory, corpus: list[CorpusDoc]) -> Path:
+    path = tmp_path_factory.mktemp("protected") / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in protected_example(corpus)))
+    return path
+
+
+@pytest.fixture(scope="session")
+def cluster_client() -> Iterator[object]:
+    """A real multi-process Dask cluster (2 worker processes), shared by the integration tests."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+@pytest.fixture()
+def client(cluster_client: object) -> Iterator[object]:
+    """The shared cluster's client, made current for the test."""
+    with cluster_client.as_current():  # type: ignore[attr-defined]
+        yield cluster_client

@@ -1,0 +1,207 @@
+"""The `dedup` command: run, near, decontaminate, tune, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dedup.config import CONFIRM_MODES, Params
+
+log = logging.getLogger("dedup")
+P = Params()
+
+
+def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: bool = True) -> None:
+    g = p.add_argument_group("columns")
+    g.add_argument("--id-column", default="id", help="column with unique document ids, strings or integers (default: id)")
+    g.add_argument("--text-column", default="text", help="column with the document text (default: text)")
+    if near:
+        a = p.add_argument_group("near-dedup parameters (SPEC defaults)")
+        a.add_argument("--threshold", type=float, default=P.threshold,
+                       help=f"Jaccard similarity a pair must reach to be merged (default: {P.threshold})")
+        a.add_argument("--num-perm", type=int, default=P.num_perm, help=f"MinHash permutations (default: {P.num_perm})")
+        a.add_argument("--num-bands", type=int, default=P.num_bands, help=f"LSH bands (default: {P.num_bands})")
+        a.add_argument("--rows-per-band", type=int, default=P.rows_per_band,
+                       help=f"rows per LSH band; bands x rows <= num-perm (default: {P.rows_per_band})")
+        a.add_argument("--shingle-size", type=int, default=P.shingle_size, help=f"words per shingle (default: {P.shingle_size})")
+        a.add_argument("--seed", type=int, default=P.seed, help=f"seed of the permutations (default: {P.seed})")
+        a.add_argument("--confirm", choices=CONFIRM_MODES, default=P.confirm,
+                       help="confirm candidates by signature estimate or by exact shingle Jaccard (default: estimate)")
+        a.add_argument("--keep-duplicates", action="store_true",
+                       help="keep every row, tagged with minhash_cluster, instead of dropping non-roots")
+        a.add_argument("--max-bucket", type=int, default=256,
+                       help="distinct texts in one LSH bucket above which pairs are approximated by star edges "
+                            "(reported in the manifest; default: 256)")
+    if decontam:
+        d = p.add_argument_group("decontamination")
+        d.add_argument("--protected", action="append", default=[], metavar="FILE",
+                       help="eval/validation file whose 13-grams must not appear in the output (.jsonl: every string "
+                            "value except case_id/id/tags/scorer_args; any other file: its whole text); repeatable")
+        d.add_argument("--ngram-size", type=int, default=P.ngram_size, help=f"words per protected n-gram (default: {P.ngram_size})")
+
+
+def _add_runtime(p: argparse.ArgumentParser) -> None:
+    r = p.add_argument_group("cluster")
+    r.add_argument("--scheduler", metavar="ADDRESS", help="address of a running Dask scheduler, e.g. tcp://host:8786")
+    r.add_argument("--scheduler-file", metavar="FILE", help="scheduler file written by `dask scheduler --scheduler-file`")
+    r.add_argument("--n-workers", type=int, help="worker processes of the local cluster (default: one per core)")
+    o = p.add_argument_group("output")
+    o.add_argument("--overwrite", action="store_true", help="replace a non-empty OUTPUT once the new output is complete")
+    o.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dedup", description=__doc__ or "",
+                                     epilog="INPUT: a Parquet file, a directory of shards, a glob or an fsspec URL. "
+                                            "OUTPUT: a directory of Parquet shards plus _dedup.json.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    specs = [
+        ("run", "decontaminate, then near-dedup, in one job", True, True),
+        ("near", "near-dedup only: tag with minhash_cluster, drop non-roots", True, False),
+        ("decontaminate", "drop documents that share a 13-gram with protected files", False, True),
+    ]
+    for name, help_text, near, decontam in specs:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("input", metavar="INPUT", help="Parquet file, directory of shards, glob or URL")
+        p.add_argument("output", metavar="OUTPUT", help="output directory (must be empty unless --overwrite)")
+        _add_algorithm(p, near=near, decontam=decontam)
+        _add_runtime(p)
+    t = sub.add_parser("tune", help="choose bands x rows for a threshold and print the S-curve",
+                       description="choose bands x rows for a threshold and print the S-curve")
+    t.add_argument("--threshold", type=float, required=True, help="target Jaccard similarity")
+    t.add_argument("--num-perm", type=int, default=P.num_perm, help=f"permutations available (default: {P.num_perm})")
+    t.add_argument("--fp-weight", type=float, default=0.5, help="weight of false positives (default: 0.5)")
+    t.add_argument("--fn-weight", type=float, default=0.5, help="weight of false negatives (default: 0.5)")
+    t.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")
+    d = sub.add_parser("demo", help="generate an example corpus and run the whole job on a local cluster",
+                       description="generate an example corpus with planted near duplicates and a protected file, "
+                                   "then run `dedup run` on it on a local cluster")
+    d.add_argument("output", metavar="OUTPUT", nargs="?", default="dedup-demo",
+                   help="directory for the example input and the result (default: ./dedup-demo)")
+    d.add_argument("--originals", type=int, default=650, help="original articles to generate (default: 650)")
+    d.add_argument("--n-workers", type=int, default=2, help="local worker processes (default: 2)")
+    d.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
+    return parser
+
+
+def _params(args: argparse.Namespace) -> Params:
+    fields = {}
+    for name in ("num_perm", "num_bands", "rows_per_band", "threshold", "shingle_size", "seed", "confirm", "ngram_size"):
+        if hasattr(args, name):
+            fields[name] = getattr(args, name)
+    return Params(**fields)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    if not verbose:
+        import distributed  # noqa: F401 - it configures its loggers on import; quiet them after
+
+        for name in ("distributed", "bokeh", "tornado", "numba", "fsspec"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _job(args: argparse.Namespace) -> dict[str, Any]:
+    from dedup import pipeline
+    from dedup.runtime import dask_client
+
+    params = _params(args)
+    near = args.command in ("run", "near")
+    protected = getattr(args, "protected", [])
+    if args.command == "decontaminate" and not protected:
+        raise ValueError("`dedup decontaminate` needs at least one --protected FILE.")
+    with dask_client(args.scheduler, args.scheduler_file, args.n_workers):
+        return pipeline.run(args.input, args.output, protected=protected, near=near, id_column=args.id_column,
+                            text_column=args.text_column, params=params,
+                            drop=not getattr(args, "keep_duplicates", False), overwrite=args.overwrite,
+                            max_bucket=getattr(args, "max_bucket", 256))
+
+
+def _summary(m: dict[str, Any]) -> str:
+    lines = [
+        f"input rows            {m['input_rows']:>10,}",
+        f"contaminated dropped  {m['contaminated_dropped']:>10,}",
+        f"near duplicates found {m['near_duplicates_found']:>10,}  in {m['clusters']:,} clusters (largest {m['largest_cluster']})",
+        f"near duplicates dropped {m['near_duplicates_dropped']:>8,}",
+        f"output rows           {m['output_rows']:>10,}",
+        f"seconds               {m['seconds'].get('total', 0):>10.1f}",
+    ]
+    if m.get("approximated_buckets"):
+        lines.append(f"approximated buckets  {m['approximated_buckets']:>10,}  (largest {m['largest_approximated_bucket']})")
+    return "\n".join(lines)
+
+
+def _tune(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from dedup.lsh import optimal_params, probability
+
+    b, r = optimal_params(args.threshold, args.num_perm, args.fp_weight, args.fn_weight)
+    print(f"threshold {args.threshold}: --num-bands {b} --rows-per-band {r}  (uses {b * r} of {args.num_perm} "
+          f"permutations; 50% point {(1 / b) ** (1 / r):.4f})")
+    print("| similarity | P(candidate) |")
+    print("|---:|---:|")
+    for s in np.round(np.arange(args.threshold - 0.2, args.threshold + 0.2001, 0.05), 4):
+        if 0.0 <= s <= 1.0:
+            print(f"| {s:.2f} | {probability(s, b, r):.4f} |")
+
+
+def _demo(args: argparse.Namespace) -> dict[str, Any]:
+    import pandas as pd
+
+    from dedup import pipeline
+    from dedup.corpus import generate, protected_example
+    from dedup.runtime import dask_client
+
+    root = Path(args.output)
+    inp, out = root / "input", root / "output"
+    docs = generate(args.originals, seed=0)
+    inp.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame({"id": [d.id for d in docs], "text": [d.text for d in docs], "family": [d.family for d in docs]})
+    shards = 4
+    for i in range(shards):
+        frame.iloc[i::shards].to_parquet(inp / f"shard-{i:02d}.parquet", index=False)
+    prot = root / "protected.jsonl"
+    prot.write_text("".join(json.dumps(r) + "\n" for r in protected_example(docs)))
+    log.info("demo: wrote %d documents in %d shards to %s and a protected file %s", len(docs), shards, inp, prot)
+    with dask_client(n_workers=args.n_workers):
+        manifest = pipeline.run(str(inp), str(out), protected=[str(prot)], overwrite=True)
+    kept = pd.read_parquet(out)
+    copies = len(frame) - frame["family"].nunique()
+    left = int(kept["family"].duplicated().sum())
+    print(_summary(manifest))
+    print(f"planted copies        {copies:>10,}  ({copies - left:,} gone; {left:,} kept: edited below the threshold)")
+    print(f"result: {out} (manifest: {out / '_dedup.json'})")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        if args.command == "tune":
+            _tune(args)
+            return 0
+        if args.command == "demo":
+            _demo(args)
+            return 0
+        start = time.perf_counter()
+        manifest = _job(args)
+        print(_summary(manifest))
+        log.debug("finished in %.1f s", time.perf_counter() - start)
+        return 0
+    except KeyboardInterrupt:
+        print("dedup: interrupted; OUTPUT was left as it was", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.verbose:
+            raise
+        print(f"dedup: error: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,47 @@
+"""Pipeline stages as pure functions, without a cluster."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dedup import frames
+from dedup.frames import KIND_APPROX, KIND_CANDIDATE, KIND_SAME_TEXT, _pairs_within
+
+
+@given(st.lists(st.integers(1, 6), max_size=8))
+def test_pairs_within_groups_is_all_pairs(sizes: list[int]) -> None:
+    starts = (np.cumsum(sizes) - np.array(sizes, dtype=np.int64)).astype(np.int64)
+    left, right = _pairs_within(starts, np.array(sizes, dtype=np.int64))
+    expected = [p for s, m in zip(starts, sizes) for p in itertools.combinations(range(s, s + m), 2)]
+    assert sorted(zip(left.tolist(), right.tolist())) == sorted(expected)
+
+
+def _long(rows: list[tuple[int, int, int, int]]) -> pd.DataFrame:
+    band, key, doc, tkey = (np.array(c) for c in zip(*rows))
+    return pd.DataFrame({"band": band.astype(np.uint8), "key": key.astype(np.uint64), "doc": doc.astype(np.int64),
+                         "tkey": tkey.astype(np.uint64), "tkey2": tkey.astype(np.uint64)})
+
+
+def test_bucket_edges_collapse_same_text_then_pair_or_star() -> None:
+    rows = [(0, 7, d, 1) for d in (5, 3, 9)]  # one text, three docs
+    rows += [(0, 7, 4, 2), (0, 7, 8, 3)]  # two more distinct texts in the same bucket
+    rows += [(1, 7, 1, 5), (1, 8, 2, 5)]  # equal key in another band, and a lone doc
+    e = frames.bucket_edges(_long(rows), max_bucket=3)
+    got = {(int(a), int(b), int(k)) for a, b, k in e[["left", "right", "kind"]].to_numpy()}
+    assert got == {(3, 5, KIND_SAME_TEXT), (3, 9, KIND_SAME_TEXT),
+                   (3, 4, KIND_CANDIDATE), (3, 8, KIND_CANDIDATE), (4, 8, KIND_CANDIDATE)}
+    star = frames.bucket_edges(_long(rows), max_bucket=2)
+    got = {(int(a), int(b), int(k)) for a, b, k in star[["left", "right", "kind"]].to_numpy()}
+    assert {(3, 4, KIND_APPROX), (3, 8, KIND_APPROX)} <= got and not any(k == KIND_CANDIDATE for *_, k in got)
+
+
+def test_doc_keys_are_stable_and_keep_integers() -> None:
+    assert frames.doc_keys(pd.Series([5, -2], dtype="int64")).tolist() == [5, -2]
+    a = frames.doc_keys(pd.Series(["x", "y"], dtype="string"))
+    b = frames.doc_keys(pd.Series(["x", "y"], dtype=object))
+    assert a.tolist() == b.tolist() and a[0] != a[1]
