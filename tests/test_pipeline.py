@@ -77,7 +77,7 @@ def test_drop_keeps_roots_in_input_order_and_mirrors_shards(client, tmp_path: Pa
         assert list(kept.columns) == ["id", "text", "family", "minhash_cluster"]
         order = shard.reset_index(drop=True).reset_index().set_index("id").loc[kept["id"], "index"].to_numpy()
         assert (np.diff(order) > 0).all()  # row order kept
-    assert m["near_duplicates_dropped"] > 100 and m["contaminated_dropped"] == 0
+    assert m["near_duplicates_dropped"] > 50 and m["contaminated_dropped"] == 0
 
 
 def test_decontamination_in_the_job(client, tmp_path: Path, corpus_frame: pd.DataFrame, protected_file: Path) -> None:

@@ -1,0 +1,109 @@
+"""The `dedup` command as users run it: real subprocesses, a real `dask scheduler` and `dask worker`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import write_shards
+
+DEDUP = [sys.executable, "-m", "dedup"]
+DASK_BIN = Path(sys.executable).parent / "dask"
+
+
+def _run(*args: str, timeout: int = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DEDUP, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_help_describes_every_option() -> None:
+    out = _run("run", "--help").stdout
+    for opt in ("--id-column", "--text-column", "--threshold", "--num-perm", "--num-bands", "--rows-per-band",
+                "--shingle-size", "--ngram-size", "--seed", "--confirm", "--keep-duplicates", "--scheduler",
+                "--scheduler-file", "--n-workers", "--overwrite", "--verbose", "--protected"):
+        assert opt in out
+    top = _run("--help").stdout
+    for cmd in ("run", "near", "decontaminate", "tune", "demo"):
+        assert cmd in top
+
+
+def test_tune_prints_choice_and_s_curve() -> None:
+    res = _run("tune", "--threshold", "0.7")
+    assert res.returncode == 0
+    assert "--num-bands 14 --rows-per-band 9" in res.stdout
+    assert "| 0.50 |" in res.stdout and "| 0.90 |" in res.stdout
+
+
+def test_usage_error_exits_2_and_bad_parameter_exits_1_in_one_line(tmp_path: Path) -> None:
+    assert _run("run").returncode == 2
+    write_shards(pd.DataFrame({"id": ["a"], "text": ["x"]}), tmp_path / "in", 1)
+    res = _run("run", str(tmp_path / "in"), str(tmp_path / "out"), "--threshold", "1.5", "--n-workers", "1")
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1] == (
+        "dedup: error: The 'threshold' parameter must be a float in [0, 1]. Got 1.5 instead.")
+    assert "Traceback" not in res.stderr
+    missing = _run("near", str(tmp_path / "nope"), str(tmp_path / "out"), "--n-workers", "1")
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+@pytest.fixture()
+def dask_processes(tmp_path: Path) -> Iterator[Path]:
+    """`dask scheduler` and one `dask worker` on 127.0.0.1, as separate processes."""
+    sched_file = tmp_path / "scheduler.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs = [subprocess.Popen([str(DASK_BIN), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(sched_file)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.exists():
+            if time.time() > deadline:
+                raise RuntimeError("dask scheduler did not start")
+            time.sleep(0.2)
+        procs.append(subprocess.Popen([str(DASK_BIN), "worker", "--scheduler-file", str(sched_file), "--nworkers", "2",
+                                       "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        yield sched_file
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def test_run_against_real_scheduler_and_workers(dask_processes: Path, tmp_path: Path, corpus_frame: pd.DataFrame,
+                                                protected_file: Path) -> None:
+    src = write_shards(corpus_frame, tmp_path / "in", 3)
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    address = json.loads(dask_processes.read_text())["address"]
+    res = _run("run", str(src), str(tmp_path / "out"), "--scheduler", address, "--protected", str(protected_file))
+    assert res.returncode == 0, res.stderr
+    assert "output rows" in res.stdout
+    for stage in ("features:", "buckets:", "confirm (estimate):", "union-find:", "wrote"):
+        assert stage in res.stderr
+    m = json.loads((tmp_path / "out" / "_dedup.json").read_text())
+    assert m["input_rows"] == len(corpus_frame) == m["output_rows"] + m["near_duplicates_dropped"] + m["contaminated_dropped"]
+    assert m["contaminated_dropped"] >= 3 and m["near_duplicates_dropped"] > 50
+    assert set(m["seconds"]) >= {"features", "buckets", "confirm", "write", "total"}
+    assert m["parameters"]["threshold"] == 0.8 and m["versions"]["dask"]
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before  # inputs never modified
+    again = _run("run", str(src), str(tmp_path / "out"), "--scheduler-file", str(dask_processes))
+    assert again.returncode == 1 and "--overwrite" in again.stderr
+
+
+def test_demo_runs_on_a_local_cluster(tmp_path: Path) -> None:
+    res = _run("demo", str(tmp_path / "demo"), "--originals", "120")
+    assert res.returncode == 0, res.stderr
+    assert "near duplicates dropped" in res.stdout
+    m = json.loads((tmp_path / "demo" / "output" / "_dedup.json").read_text())
+    assert m["near_duplicates_dropped"] > 0 and m["contaminated_dropped"] > 0

@@ -1,0 +1,102 @@
+"""cluster.yaml, validated offline against the CRD schema shipped in the dask-kubernetes wheel."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _crd_schema(kind: str) -> dict[str, Any]:
+    import dask_kubernetes
+
+    crds = Path(dask_kubernetes.__file__).parent / "operator/deployment/helm/dask-kubernetes-operator/crds"
+    crd = yaml.safe_load((crds / f"{kind.lower()}.yaml").read_text())
+    [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def _prune_none(obj: Any) -> Any:
+    """Drop null values, as the API server does."""
+    if isinstance(obj, dict):
+        return {k: _prune_none(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_prune_none(v) for v in obj]
+    return obj
+
+
+def unknown_keys(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Keys the schema does not define (the CRD has no additionalProperties: false, so typos pass)."""
+    out: list[str] = []
+    if isinstance(obj, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for k, v in obj.items():
+            if props is not None and k in props:
+                out += unknown_keys(v, props[k], f"{path}.{k}")
+            elif isinstance(extra, dict):
+                out += unknown_keys(v, extra, f"{path}.{k}")
+            elif props is not None and not schema.get("x-kubernetes-preserve-unknown-fields"):
+                out.append(f"{path}.{k}")
+    elif isinstance(obj, list) and "items" in schema:
+        for i, v in enumerate(obj):
+            out += unknown_keys(v, schema["items"], f"{path}[{i}]")
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster() -> dict[str, Any]:
+    return _prune_none(yaml.safe_load((ROOT / "cluster.yaml").read_text()))
+
+
+def test_cluster_yaml_matches_the_crd(cluster: dict[str, Any]) -> None:
+    assert cluster["apiVersion"] == "kubernetes.dask.org/v1" and cluster["kind"] == "DaskCluster"
+    schema = _crd_schema("DaskCluster")
+    body = {k: v for k, v in cluster.items() if k not in ("apiVersion", "kind", "metadata")}
+    jsonschema.Draft4Validator(schema).validate(body)
+    assert unknown_keys(body, schema) == []
+
+
+def test_unknown_key_walker_catches_typos(cluster: dict[str, Any]) -> None:
+    schema = _crd_schema("DaskCluster")
+    body = copy.deepcopy({k: v for k, v in cluster.items() if k not in ("apiVersion", "kind", "metadata")})
+    body["spec"]["worker"]["replicsa"] = 2
+    body["spec"]["worker"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
+    jsonschema.Draft4Validator(schema).validate(body)  # the schema alone lets both typos through
+    assert sorted(unknown_keys(body, schema)) == [".spec.worker.replicsa", ".spec.worker.spec.containers[0].imagePullPolcy"]
+
+
+def _gib(quantity: str) -> float:
+    units = {"Gi": 1.0, "GiB": 1.0, "Mi": 1 / 1024, "MiB": 1 / 1024}
+    for unit, factor in sorted(units.items(), key=lambda kv: -len(kv[0])):
+        if quantity.endswith(unit):
+            return float(quantity[: -len(unit)]) * factor
+    raise ValueError(quantity)
+
+
+def test_workers_are_configured_for_the_pipeline(cluster: dict[str, Any]) -> None:
+    from dask_kubernetes.operator.validation import validate_cluster_name
+
+    validate_cluster_name(cluster["metadata"]["name"])
+    worker_pod = cluster["spec"]["worker"]["spec"]
+    [worker] = [c for c in worker_pod["containers"] if c["name"] == "worker"]
+    args = worker["args"]
+    assert args[:2] == ["dask", "worker"] and "$(DASK_WORKER_NAME)" in args and "--nthreads" in args
+    limit = _gib(worker["resources"]["limits"]["memory"])
+    assert _gib(args[args.index("--memory-limit") + 1]) < limit
+    assert worker["resources"]["requests"] == worker["resources"]["limits"]
+    local_dir = args[args.index("--local-directory") + 1]
+    [mount] = [m for m in worker["volumeMounts"] if m["mountPath"] == local_dir]
+    [volume] = [v for v in worker_pod["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" in volume
+    [sched] = cluster["spec"]["scheduler"]["spec"]["containers"]
+    assert sched["args"][:2] == ["dask", "scheduler"]
+    assert {p["name"]: p["containerPort"] for p in sched["ports"]} == {"tcp-comm": 8786, "http-dashboard": 8787}
+    assert sched["readinessProbe"]["httpGet"]["path"] == "/health" == sched["livenessProbe"]["httpGet"]["path"]
+    assert cluster["spec"]["scheduler"]["service"]["selector"]["dask.org/component"] == "scheduler"
