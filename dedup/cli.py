@@ -47,7 +47,8 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
 
 def _add_runtime(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("cluster")
-    r.add_argument("--scheduler", metavar="ADDRESS", help="address of a running Dask scheduler, e.g. tcp://host:8786")
+    r.add_argument("--scheduler", metavar="ADDRESS", help="address of a running Dask scheduler, e.g. tcp://host:8786 "
+                        "(default: $DASK_SCHEDULER_ADDRESS if set, else a local cluster)")
     r.add_argument("--scheduler-file", metavar="FILE", help="scheduler file written by `dask scheduler --scheduler-file`")
     r.add_argument("--n-workers", type=int, help="worker processes of the local cluster (default: one per core)")
     o = p.add_argument_group("output")
