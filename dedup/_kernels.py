@@ -29,23 +29,135 @@ def fnv1a_spans(buf, start, end):  # pragma: no cover - compiled
 def minhash_rows(x, offsets, a, b, out):  # pragma: no cover - compiled
     """out[d, i] = min over x[offsets[d]:offsets[d+1]] of (a[i] * x + b[i]) mod P.
 
-    x < P and a, b < P, so a*x + b < 2**63 and the Mersenne folds below are exact.
-    Rows of documents without shingles stay at P.
+    x, a, b: uint32 arrays of values < P, so a*x + b < 2**63 (one 32x32->64 multiply) and the
+    two Mersenne folds plus one conditional subtraction give the exact residue. Rows of
+    documents without shingles stay at P.
     """
     num_perm = a.shape[0]
-    row = np.empty(num_perm, dtype=np.uint64)
+    row = np.empty(num_perm, dtype=np.uint32)
+    p32 = np.uint32(_P)
     for d in range(offsets.shape[0] - 1):
         for i in range(num_perm):
-            row[i] = _P
+            row[i] = p32
         for s in range(offsets[d], offsets[d + 1]):
-            xs = x[s]
+            xs = np.uint64(x[s])
             for i in range(num_perm):
-                y = a[i] * xs + b[i]
+                y = np.uint64(a[i]) * xs + np.uint64(b[i])
                 y = (y & _P) + (y >> np.uint64(31))
                 y = (y & _P) + (y >> np.uint64(31))
-                if y >= _P:
-                    y -= _P
-                if y < row[i]:
-                    row[i] = y
+                y = y - _P if y >= _P else y
+                row[i] = min(row[i], np.uint32(y))
         for i in range(num_perm):
-            out[d, i] = np.uint32(row[i])
+            out[d, i] = row[i]
+
+
+@numba.njit(cache=True, nogil=True)
+def tokenize(buf, doc_offsets, prenormalized, word_byte, lower):  # pragma: no cover - compiled
+    """Words of each document as one compact buffer: words joined by single spaces.
+
+    buf: uint8, the documents' bytes back to back; doc_offsets: int64 [n + 1];
+    prenormalized: bool [n], True where the document is already "w1 w2 ..." (any byte but a
+    space is a word byte), else ASCII text where word_byte (a 256-entry table) decides;
+    lower: a 256-entry lower-casing table. Returns (compact, word_start, word_end, word_count).
+    """
+    n = doc_offsets.shape[0] - 1
+    # a word takes at least one input byte; one space may be added at each document boundary
+    out = np.empty(buf.shape[0] + n, dtype=np.uint8)
+    starts = np.empty(buf.shape[0], dtype=np.int64)
+    ends = np.empty(buf.shape[0], dtype=np.int64)
+    counts = np.zeros(n, dtype=np.int64)
+    pos = 0
+    nw = 0
+    for d in range(n):
+        in_word = False
+        pre = prenormalized[d]
+        for i in range(doc_offsets[d], doc_offsets[d + 1]):
+            c = buf[i]
+            is_w = (c != 32) if pre else word_byte[c]
+            if is_w:
+                if not in_word:
+                    if pos > 0:
+                        out[pos] = 32
+                        pos += 1
+                    starts[nw] = pos
+                    in_word = True
+                out[pos] = lower[c]
+                pos += 1
+            elif in_word:
+                ends[nw] = pos
+                nw += 1
+                counts[d] += 1
+                in_word = False
+        if in_word:
+            ends[nw] = pos
+            nw += 1
+            counts[d] += 1
+    return out[:pos], starts[:nw], ends[:nw], counts
+
+
+@numba.njit(cache=True, nogil=True)
+def mix_spans(buf, start, end):  # pragma: no cover - compiled
+    """A second 64-bit hash of byte spans (xorshift-multiply per byte), independent of FNV-1a."""
+    out = np.empty(start.shape[0], dtype=np.uint64)
+    for i in range(start.shape[0]):
+        h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(end[i] - start[i])
+        for j in range(start[i], end[i]):
+            h = (h ^ np.uint64(buf[j])) * np.uint64(0xBF58476D1CE4E5B9)
+            h ^= h >> np.uint64(31)
+        out[i] = h
+    return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fnv_tail(buf, h, lo, hi):  # pragma: no cover - compiled
+    for j in range(lo, hi):
+        h = (h ^ np.uint64(buf[j])) * _PRIME
+    return h
+
+
+@numba.njit(cache=True, nogil=True)
+def window_hashes(buf, word_start, word_end, word_offsets, size, short, out_offsets):  # pragma: no cover - compiled
+    """FNV-1a 64 of every `size`-word window of every document (SPEC shingles or n-grams).
+
+    The same spans as `TextBatch.spans`, hashed without materialising them; four windows are
+    hashed in lockstep so the multiplies of independent chains overlap.
+    out_offsets: int64 [n + 1], the windows of document d are out_offsets[d]:out_offsets[d+1].
+    """
+    out = np.empty(out_offsets[-1], dtype=np.uint64)
+    n = word_offsets.shape[0] - 1
+    for d in range(n):
+        w0 = word_offsets[d]
+        nw = word_offsets[d + 1] - w0
+        count = out_offsets[d + 1] - out_offsets[d]
+        base = out_offsets[d]
+        k = 0
+        while k + 4 <= count:
+            s0 = word_start[w0 + k]
+            s1 = word_start[w0 + k + 1]
+            s2 = word_start[w0 + k + 2]
+            s3 = word_start[w0 + k + 3]
+            e0 = word_end[w0 + min(k + size - 1, nw - 1)]
+            e1 = word_end[w0 + min(k + size, nw - 1)]
+            e2 = word_end[w0 + min(k + size + 1, nw - 1)]
+            e3 = word_end[w0 + min(k + size + 2, nw - 1)]
+            length = min(min(e0 - s0, e1 - s1), min(e2 - s2, e3 - s3))
+            h0 = _OFFSET
+            h1 = _OFFSET
+            h2 = _OFFSET
+            h3 = _OFFSET
+            for j in range(length):
+                h0 = (h0 ^ np.uint64(buf[s0 + j])) * _PRIME
+                h1 = (h1 ^ np.uint64(buf[s1 + j])) * _PRIME
+                h2 = (h2 ^ np.uint64(buf[s2 + j])) * _PRIME
+                h3 = (h3 ^ np.uint64(buf[s3 + j])) * _PRIME
+            out[base + k] = _fnv_tail(buf, h0, s0 + length, e0)
+            out[base + k + 1] = _fnv_tail(buf, h1, s1 + length, e1)
+            out[base + k + 2] = _fnv_tail(buf, h2, s2 + length, e2)
+            out[base + k + 3] = _fnv_tail(buf, h3, s3 + length, e3)
+            k += 4
+        while k < count:
+            s = word_start[w0 + k]
+            e = word_end[w0 + min(k + size - 1, nw - 1)]
+            out[base + k] = _fnv_tail(buf, _OFFSET, s, e)
+            k += 1
+    return out

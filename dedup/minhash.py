@@ -8,7 +8,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dedup import _kernels
-from dedup.hashing import MERSENNE_P, perm_params, shingle_hashes, span_hashes
+from dedup.hashing import MERSENNE_P, perm_params, shingle_hashes
 from dedup.text import TextBatch, _check_size, encode_batch
 
 SIGNATURE_DTYPE = np.uint32
@@ -17,7 +17,7 @@ SIGNATURE_DTYPE = np.uint32
 def _minhash_rows(x: NDArray[np.uint64], offsets: NDArray[np.int64], num_perm: int, seed: int) -> NDArray[np.uint32]:
     a, b = perm_params(num_perm, seed)
     out = np.empty((len(offsets) - 1, num_perm), dtype=SIGNATURE_DTYPE)
-    _kernels.minhash_rows(x, offsets, a, b, out)
+    _kernels.minhash_rows(x.astype(np.uint32), offsets, a.astype(np.uint32), b.astype(np.uint32), out)
     return out
 
 
@@ -29,8 +29,8 @@ def minhash(shingles: Iterable[str], num_perm: int = 128, seed: int = 0) -> NDAr
 
 def batch_signatures(batch: TextBatch, *, num_perm: int = 128, seed: int = 0, shingle_size: int = 5) -> NDArray[np.uint32]:
     """Signatures of every document of an encoded batch: uint32 [n_docs, num_perm]."""
-    start, end, offsets = batch.spans(shingle_size, short=True)
-    x = span_hashes(batch.buf, start, end) % np.uint64(MERSENNE_P)
+    h, offsets = batch.window_hashes(shingle_size, short=True)
+    x = h % np.uint64(MERSENNE_P)
     return _minhash_rows(x, offsets, num_perm, seed)
 
 

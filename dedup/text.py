@@ -75,13 +75,8 @@ class TextBatch:
     def num_words(self) -> NDArray[np.int64]:
         return np.diff(self.word_offsets)
 
-    def spans(self, size: int, *, short: bool) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
-        """Byte spans of every `size`-word window, and per-document offsets into them.
-
-        With short=True a document of 1 to size-1 words has one window of all its words
-        (shingles); with short=False it has none (decontamination n-grams).
-        Returns (start, end, offsets): int64 [n_windows], int64 [n_windows], int64 [n_docs + 1].
-        """
+    def window_offsets(self, size: int, *, short: bool) -> NDArray[np.int64]:
+        """int64 [n_docs + 1]: where each document's `size`-word windows start (see `spans`)."""
         _check_size("size", size)
         nw = self.num_words
         count = np.maximum(nw - size + 1, 0)
@@ -89,6 +84,26 @@ class TextBatch:
             count = np.where(nw > 0, np.maximum(count, 1), 0)
         offsets = np.zeros(len(nw) + 1, dtype=np.int64)
         np.cumsum(count, out=offsets[1:])
+        return offsets
+
+    def window_hashes(self, size: int, *, short: bool) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
+        """FNV-1a 64 of every window's bytes, and the per-document offsets into them."""
+        from dedup import _kernels
+
+        offsets = self.window_offsets(size, short=short)
+        return _kernels.window_hashes(self.buf, self.word_start, self.word_end, self.word_offsets, size, short,
+                                      offsets), offsets
+
+    def spans(self, size: int, *, short: bool) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+        """Byte spans of every `size`-word window, and per-document offsets into them.
+
+        With short=True a document of 1 to size-1 words has one window of all its words
+        (shingles); with short=False it has none (decontamination n-grams).
+        Returns (start, end, offsets): int64 [n_windows], int64 [n_windows], int64 [n_docs + 1].
+        """
+        nw = self.num_words
+        offsets = self.window_offsets(size, short=short)
+        count = np.diff(offsets)
         doc = np.repeat(np.arange(len(nw), dtype=np.int64), count)
         j = np.arange(offsets[-1], dtype=np.int64) - offsets[doc]
         first = self.word_offsets[doc] + j
@@ -103,10 +118,44 @@ def normalized(text: str | None) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
+_ASCII_WORD = np.zeros(256, dtype=np.bool_)
+for _lo, _hi in ((48, 58), (65, 91), (97, 123)):
+    _ASCII_WORD[_lo:_hi] = True
+_ASCII_WORD[ord("_")] = True
+_ASCII_LOWER = np.arange(256, dtype=np.uint8)
+_ASCII_LOWER[65:91] += 32
+
+
 def encode_batch(texts: Iterable[str | None]) -> TextBatch:
-    """Tokenise a batch of texts (None counts as a text without words) into a `TextBatch`."""
-    joined = [normalized(t) for t in texts]
-    return encode_normalized(joined)
+    """Tokenise a batch of texts (None counts as a text without words) into a `TextBatch`.
+
+    ASCII texts are tokenised by a compiled loop over their bytes (for ASCII, Python's \\w is
+    exactly [A-Za-z0-9_] and lower() only maps A-Z); any other text goes through the reference
+    `words` first. Both give the same words, byte for byte.
+    """
+    from dedup import _kernels
+
+    parts: list[bytes] = []
+    pre: list[bool] = []
+    for t in texts:
+        if t is None:
+            parts.append(b"")
+            pre.append(True)
+        elif t.isascii():
+            parts.append(t.encode("ascii"))
+            pre.append(False)
+        else:
+            parts.append(normalized(t).encode("utf-8"))
+            pre.append(True)
+    lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+    doc_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=doc_offsets[1:])
+    raw = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    buf, word_start, word_end, counts = _kernels.tokenize(
+        raw, doc_offsets, np.array(pre, dtype=np.bool_), _ASCII_WORD, _ASCII_LOWER)
+    word_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=word_offsets[1:])
+    return TextBatch(buf=buf, word_start=word_start, word_end=word_end, word_offsets=word_offsets)
 
 
 def encode_normalized(joined: Sequence[str]) -> TextBatch:

@@ -123,3 +123,23 @@ def test_signatures_equal_reference_for_arbitrary_unicode(texts: list[str], k: i
     for text, sig in zip(texts, sigs):
         assert shingles(text, k) == ref_shingles(text, k)
         assert sig.tolist() == ref_signature(text, k=k, num_perm=16, seed=5)
+
+
+ascii_text = st.text(alphabet=st.characters(max_codepoint=127), max_size=80)
+
+
+@given(st.lists(st.one_of(st.none(), ascii_text, unicode_text), max_size=8))
+def test_batch_tokeniser_equals_reference_words(texts: list[str | None]) -> None:
+    """The compiled ASCII tokeniser and the Unicode path give exactly SPEC's words, in any mix."""
+    from dedup.text import encode_batch
+
+    batch = encode_batch(texts)
+    for d, text in enumerate(texts):
+        got = [bytes(batch.buf[batch.word_start[w] : batch.word_end[w]]).decode("utf-8")
+               for w in range(batch.word_offsets[d], batch.word_offsets[d + 1])]
+        assert got == words(text or "")
+    start, end, offsets = batch.spans(3, short=True)
+    hashes, offsets2 = batch.window_hashes(3, short=True)
+    from dedup.hashing import span_hashes
+
+    assert (offsets == offsets2).all() and (span_hashes(batch.buf, start, end) == hashes).all()
