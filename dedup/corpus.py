@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SYLLABLES = "ka to ri me su na lo ve di pa zo hu be fi gar len mor tis wen dal".split()
+SYLLABLES = ("ka to ri me su na lo ve di pa zo hu be fi gar len mor tis wen dal").split()
 EDITS = ("replace3", "replace12", "drop_tail", "banner", "shout")
 COPY_WEIGHTS = (50, 25, 15, 10)
 BANNER_HEAD = "We use cookies to give you the best experience. Accept all cookies or manage your settings."
@@ -80,7 +80,7 @@ def generate(num_originals: int = 650, seed: int = 0) -> list[CorpusDoc]:
         for _ in range(int(rng.choice(4, p=weights))):
             edits = rng.choice(len(EDITS), size=int(rng.integers(1, 3)), replace=False)
             copy = [list(s) for s in article]
-            header = footer = False
+            header = False
             shout = False
             for e in sorted(EDITS[i] for i in edits):
                 if e == "replace3":
@@ -90,7 +90,7 @@ def generate(num_originals: int = 650, seed: int = 0) -> list[CorpusDoc]:
                 elif e == "drop_tail":
                     copy = copy[:-2]
                 elif e == "banner":
-                    header = footer = True
+                    header = True
                 else:
                     shout = True
             text = render(copy)

@@ -13,12 +13,13 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from dedup import _kernels
 from dedup.config import Params
 from dedup.decontam import ProtectedNgrams
 from dedup.hashing import span_hashes
 from dedup.lsh import NO_KEY, band_keys
 from dedup.minhash import batch_signatures
-from dedup.text import encode_normalized, normalized
+from dedup.text import encode_batch
 
 KIND_CANDIDATE = 0
 """An edge to confirm: the two documents share a bucket."""
@@ -65,28 +66,32 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
     no words or a contaminated one: such documents take no part in near-dedup).
     source: index of the protected file it overlaps first, -1 when clean.
     """
-    joined = [normalized(t) for t in texts_of(part[text_column])]
-    batch = encode_normalized(joined)
+    batch = encode_batch(texts_of(part[text_column]))
+    n = len(part)
     sigs = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size)
-    nw = batch.num_words
-    has_words = nw > 0
+    has_words = batch.num_words > 0
     if protected is not None and len(protected):
-        source = protected.first_hit(batch) if params.ngram_size == protected.ngram_size else None
-        if source is None:
-            raise ValueError("protected n-grams were built with another ngram_size")
+        if params.ngram_size != protected.ngram_size:
+            raise ValueError(f"Protected n-grams were built with ngram_size={protected.ngram_size}, "
+                             f"but the job runs with ngram_size={params.ngram_size}.")
+        source = protected.first_hit(batch)
     else:
-        source = np.full(len(joined), -1, dtype=np.int32)
-    tkey = pd.util.hash_array(np.array(joined, dtype=object), categorize=False)
+        source = np.full(n, -1, dtype=np.int32)
+    # Two independent 64-bit hashes of the document's words (FNV-1a and xorshift-multiply).
     first = batch.word_offsets[:-1][has_words]
     last = batch.word_offsets[1:][has_words] - 1
-    tkey2 = np.zeros(len(joined), dtype=np.uint64)
-    tkey2[has_words] = span_hashes(batch.buf, batch.word_start[first], batch.word_end[last])
+    span_start, span_end = batch.word_start[first], batch.word_end[last]
+    tkey = np.zeros(n, dtype=np.uint64)
+    tkey2 = np.zeros(n, dtype=np.uint64)
+    tkey[has_words] = _kernels.mix_spans(batch.buf, span_start, span_end)
+    tkey2[has_words] = span_hashes(batch.buf, span_start, span_end)
     tkey[tkey == 0] = 1
     tkey2[tkey2 == 0] = 1
     active = has_words & (source < 0)
     tkey[~active] = 0
     tkey2[~active] = 0
-    out = pd.DataFrame({"doc": doc_keys(part[id_column]), "tkey": tkey, "tkey2": tkey2, "source": source.astype(np.int32)})
+    out = pd.DataFrame({"doc": doc_keys(part[id_column]), "tkey": tkey, "tkey2": tkey2, "source": source.astype(np.int32)},
+                       index=range(n))
     sig_frame = pd.DataFrame(sigs, columns=sig_columns(params.num_perm))
     return pd.concat([out, sig_frame], axis=1)
 

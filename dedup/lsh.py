@@ -93,7 +93,9 @@ def probability(similarity: ArrayLike, num_bands: int, rows_per_band: int) -> An
     return float(p) if p.ndim == 0 else p
 
 
-def _areas(threshold: float, num_bands: NDArray[np.int64], rows_per_band: NDArray[np.int64], steps: int = 2000) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def _areas(
+    threshold: float, num_bands: NDArray[np.int64], rows_per_band: NDArray[np.int64], steps: int = 2000
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(area under p below the threshold, area of 1 - p above it) by the midpoint rule."""
     lo = (np.arange(steps) + 0.5) / steps * threshold
     hi = threshold + (np.arange(steps) + 0.5) / steps * (1.0 - threshold)

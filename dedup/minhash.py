@@ -65,7 +65,9 @@ def estimate(sig_a: ArrayLike, sig_b: ArrayLike) -> float:
     return float(np.count_nonzero(a == b)) / len(a)
 
 
-def pair_estimates(sigs: NDArray[np.uint32], left: NDArray[np.int64], right: NDArray[np.int64], *, chunk: int = 65536) -> NDArray[np.float64]:
+def pair_estimates(
+    sigs: NDArray[np.uint32], left: NDArray[np.int64], right: NDArray[np.int64], *, chunk: int = 65536
+) -> NDArray[np.float64]:
     """`estimate` for many pairs of rows of `sigs` at once: float64 [len(left)]."""
     out = np.empty(len(left), dtype=np.float64)
     empty = is_empty(sigs) if len(sigs) else np.zeros(0, dtype=bool)

@@ -6,6 +6,7 @@ memory.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -57,7 +58,7 @@ def cluster_roots(ids: Sequence[Any], texts: Sequence[str | None], params: Param
     """The root (smallest id of its component) of every document, in input order."""
     order = sorted(range(len(ids)), key=lambda i: ids[i])
     sorted_ids = [ids[i] for i in order]
-    for a, b in zip(sorted_ids, sorted_ids[1:]):
+    for a, b in itertools.pairwise(sorted_ids):
         if a == b:
             raise ValueError(f"Document id {a!r} occurs more than once; ids must be unique.")
     sorted_texts = [texts[i] for i in order]

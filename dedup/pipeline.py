@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import dask
 import dask.dataframe as dd
@@ -59,7 +59,7 @@ class _Stage:
     def __init__(self, report: Report, name: str) -> None:
         self.report, self.name = report, name
 
-    def __enter__(self) -> _Stage:
+    def __enter__(self) -> Self:
         self.start = time.perf_counter()
         return self
 
@@ -90,10 +90,10 @@ def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:
             raise ValueError(f"The {role} column {name!r} is not in the input; columns found: {cols}. "
                              f"Pass --{role}-column to name it.")
     tdtype = ddf._meta[text_column].dtype
-    if not (pd.api.types.is_string_dtype(tdtype) or tdtype == object):
+    if not (pd.api.types.is_string_dtype(tdtype) or tdtype is np.dtype(object)):
         raise ValueError(f"The text column {text_column!r} has type {tdtype}; it must hold strings.")
     idtype = ddf._meta[id_column].dtype
-    if not (pd.api.types.is_integer_dtype(idtype) or pd.api.types.is_string_dtype(idtype) or idtype == object):
+    if not (pd.api.types.is_integer_dtype(idtype) or pd.api.types.is_string_dtype(idtype)):
         raise ValueError(f"The id column {id_column!r} has type {idtype}; ids must be strings or integers.")
     if "minhash_cluster" in cols:
         raise ValueError("The input already has a 'minhash_cluster' column; rename or drop it first.")
@@ -131,7 +131,8 @@ def _check_unique_keys(feat: dd.DataFrame, ddf: dd.DataFrame, id_column: str) ->
         return
     bad = np.unique(found["doc"].to_numpy(np.int64))
     ids = ddf[[id_column]].map_partitions(
-        lambda p, bad=bad: p.assign(_k=frames.doc_keys(p[id_column]))[lambda d: d["_k"].isin(bad)], meta=ddf[[id_column]]._meta.assign(_k=np.int64(0)))
+        lambda p, bad=bad: p.assign(_k=frames.doc_keys(p[id_column]))[lambda d: d["_k"].isin(bad)],
+        meta=ddf[[id_column]]._meta.assign(_k=np.int64(0)))
     (rows,) = _compute(ids)
     names = sorted(set(rows[id_column].astype(str)))
     if len(names) == len(bad):
@@ -154,7 +155,7 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
         approx = edge_df[edge_df["kind"] == frames.KIND_APPROX]
         if len(approx):
             sizes = approx.groupby(["band", "left"]).size() + 1
-            report.approximated_buckets = int(len(sizes))
+            report.approximated_buckets = len(sizes)
             report.largest_approximated_bucket = int(sizes.max())
             log.warning("%d bucket(s) had more than %d distinct texts (largest %d): joined by star edges, "
                         "not all pairs", len(sizes), max_bucket, sizes.max())
@@ -179,9 +180,9 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
             ok = confirm_pairs(li, ri, params, sigs=table[frames.sig_columns(params.num_perm)].to_numpy())
         else:
             ok = confirm_pairs(li, ri, params, texts=table["_text"].tolist())
-        report.candidate_pairs = int(len(cand_l))
+        report.candidate_pairs = len(cand_l)
         report.confirmed_pairs = int(ok.sum())
-        report.same_text_pairs = int(len(same_l))
+        report.same_text_pairs = len(same_l)
         log.info("confirm (%s): %d of %d candidate pairs reach %.3f", params.confirm, ok.sum(), len(ok), params.threshold)
     with _Stage(report, "union-find"):
         members, root_keys = components(np.concatenate([same_l, cand_l[ok]]), np.concatenate([same_r, cand_r[ok]]))
@@ -192,7 +193,7 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
         else:
             root_id = frame.assign(id=frame["id"].astype(str)).groupby("root")["id"].transform("min")
         sizes = frame.groupby("root").size()
-        report.clusters = int(len(sizes))
+        report.clusters = len(sizes)
         report.largest_cluster = int(sizes.max()) if len(sizes) else 0
         report.near_duplicates = int(len(members) - len(sizes))
         log.info("union-find: %d clusters, largest %d, %d near duplicates", report.clusters,

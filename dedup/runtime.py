@@ -23,7 +23,7 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
     if not scheduler and not scheduler_file and os.environ.get("DASK_SCHEDULER_ADDRESS"):
         scheduler = os.environ["DASK_SCHEDULER_ADDRESS"]  # set by the dask-kubernetes operator in a DaskJob
     if scheduler or scheduler_file:
-        client = Client(scheduler, scheduler_file=scheduler_file, timeout="30s") if scheduler_file else Client(scheduler, timeout="30s")
+        client = Client(scheduler, scheduler_file=scheduler_file, timeout="30s")
         try:
             log.info("connected to %s (%d workers); dashboard %s", client.scheduler.address,
                      len(client.scheduler_info(n_workers=-1)["workers"]), client.dashboard_link)

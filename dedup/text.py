@@ -8,9 +8,9 @@ work on every shingle of a partition at once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import AbstractSet
 
 import numpy as np
 from numpy.typing import NDArray
@@ -155,23 +155,4 @@ def encode_batch(texts: Iterable[str | None]) -> TextBatch:
         raw, doc_offsets, np.array(pre, dtype=np.bool_), _ASCII_WORD, _ASCII_LOWER)
     word_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum(counts, out=word_offsets[1:])
-    return TextBatch(buf=buf, word_start=word_start, word_end=word_end, word_offsets=word_offsets)
-
-
-def encode_normalized(joined: Sequence[str]) -> TextBatch:
-    """`encode_batch` for texts already reduced to their words joined by one space."""
-    n = len(joined)
-    counts = np.fromiter((s.count(" ") + 1 if s else 0 for s in joined), dtype=np.int64, count=n)
-    word_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=word_offsets[1:])
-    raw = " ".join(s for s in joined if s).encode("utf-8")
-    buf = np.frombuffer(raw, dtype=np.uint8)
-    # Words never contain a space and UTF-8 never uses byte 0x20 inside a character, so the
-    # words are exactly the maximal runs of non-space bytes.
-    spaces = np.flatnonzero(buf == 0x20)
-    if len(buf):
-        word_start = np.concatenate(([0], spaces + 1)).astype(np.int64)
-        word_end = np.concatenate((spaces, [len(buf)])).astype(np.int64)
-    else:
-        word_start = word_end = np.zeros(0, dtype=np.int64)
     return TextBatch(buf=buf, word_start=word_start, word_end=word_end, word_offsets=word_offsets)

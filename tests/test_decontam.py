@@ -37,7 +37,8 @@ def protected_file(tmp_path: Path) -> Path:
          "tags": ["one two three four five six seven eight nine ten eleven twelve thirteen"],
          "scorer_args": {"ref": "uno dos tres cuatro cinco seis siete ocho nueve diez once doce trece"},
          "prompt": PROTECTED},
-        {"id": "q2", "choices": ["short answer", {"text": "a nested protected string of at least thirteen words is right here now"}]},
+        {"id": "q2", "choices": ["short answer",
+                                 {"text": "a nested protected string of at least thirteen words is right here now"}]},
     ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
     return path

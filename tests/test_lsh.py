@@ -94,7 +94,7 @@ def test_empty_documents_are_never_indexed() -> None:
 
 
 def _pairs_at(s: float, n_pairs: int, rng: np.random.Generator) -> list[str]:
-    inter = int(round(200 * s))
+    inter = round(200 * s)
     only = (200 - inter) // 2
     inter = 200 - 2 * only
     texts = []
@@ -114,7 +114,7 @@ def test_s_curve_matches_formula() -> None:
         texts = _pairs_at(float(s), n, rng)
         keys = band_keys(signatures(texts, shingle_size=1))
         hit = (keys[0::2] == keys[1::2]).any(axis=1)
-        inter = 200 - 2 * ((200 - int(round(200 * s))) // 2)
+        inter = 200 - 2 * ((200 - round(200 * s)) // 2)
         p = probability(inter / 200, 16, 8)
         chi2 += (hit.sum() - n * p) ** 2 / (n * p * (1 - p))
         rates.append(hit.mean())

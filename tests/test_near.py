@@ -100,7 +100,7 @@ def test_near_dedup_tags_keeps_order_and_meta() -> None:
     text = "one two three four five six seven eight nine ten eleven twelve"
     docs = [Doc("b", text, {"src": 1}), Doc("a", text.upper(), {"src": 2}), Doc("c", "something else entirely")]
     tagged = list(near_dedup(docs, drop=False))
-    assert [(d.id, d.meta["minhash_cluster"], d.meta["src"] if "src" in d.meta else None) for d in tagged] == [
+    assert [(d.id, d.meta["minhash_cluster"], d.meta.get("src", None)) for d in tagged] == [
         ("b", "a", 1), ("a", "a", 2), ("c", "c", None)]
     assert [d.id for d in near_dedup([Doc(d.id, d.text) for d in docs])] == ["a", "c"]
 

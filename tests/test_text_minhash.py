@@ -25,7 +25,7 @@ def test_case_and_punctuation_never_matter() -> None:
 
 @pytest.mark.parametrize("n_words", [1, 2, 3, 4])
 def test_short_text_is_one_shingle(n_words: int) -> None:
-    text = " ".join(["w%d" % i for i in range(n_words)])
+    text = " ".join([f"w{i}" for i in range(n_words)])
     assert shingles(text, 5) == {text}
     # a short line still matches its copy
     assert estimate(*signatures([text, text.upper() + "!"])) == 1.0
