@@ -1,0 +1,149 @@
+"""Recall and precision against exact ground truth, for dedup and the peers, in one run.
+
+    python benchmarks/accuracy.py                      # the SPEC §7 corpus, ~12,000 documents
+    python benchmarks/accuracy.py --input corpus/ --id-column id --text-column text   # any Parquet corpus
+
+Pair level: a true pair is two documents with exact Jaccard >= t of word 5-shingles; a tool
+reports the pairs it would merge (dedup: confirmed pairs; peers: LSH query hits). Document level:
+a document is a true duplicate when it is in a true pair; a tool flags the documents in the
+pairs it reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from truth import true_pairs  # noqa: E402
+
+from dedup import Params, optimal_params  # noqa: E402
+from dedup.lsh import band_keys, bucket_pairs  # noqa: E402
+from dedup.minhash import signatures  # noqa: E402
+from dedup.near import confirm_pairs  # noqa: E402
+from dedup.text import shingles  # noqa: E402
+
+Pairs = set[tuple[int, int]]
+
+
+def dedup_pairs(texts: Sequence[str | None], params: Params) -> Pairs:
+    sigs = signatures(texts, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size)
+    left, right = bucket_pairs(band_keys(sigs, num_bands=params.num_bands, rows_per_band=params.rows_per_band))
+    ok = confirm_pairs(left, right, params, sigs=sigs, texts=texts)
+    return set(zip(left[ok].tolist(), right[ok].tolist()))
+
+
+def datasketch_pairs(texts: Sequence[str | None], threshold: float, bands_rows: tuple[int, int] | None) -> Pairs:
+    from datasketch import MinHash, MinHashLSH
+
+    lsh = MinHashLSH(threshold=threshold, num_perm=128, params=bands_rows)
+    hashes = []
+    for i, t in enumerate(texts):
+        m = MinHash(num_perm=128, seed=1)
+        m.update_batch([s.encode("utf-8") for s in shingles(t or "")])
+        hashes.append(m)
+        lsh.insert(i, m)
+    out: Pairs = set()
+    for i, m in enumerate(hashes):
+        if not shingles(texts[i] or ""):
+            continue
+        for j in lsh.query(m):
+            if j != i and shingles(texts[j] or ""):
+                out.add((min(i, j), max(i, j)))
+    return out
+
+
+def rensa_pairs(texts: Sequence[str | None], threshold: float, num_bands: int) -> Pairs:
+    from rensa import RMinHash, RMinHashLSH
+
+    lsh = RMinHashLSH(threshold=threshold, num_perm=128, num_bands=num_bands)
+    hashes = []
+    for i, t in enumerate(texts):
+        m = RMinHash(num_perm=128, seed=1)
+        m.update(list(shingles(t or "")))
+        hashes.append(m)
+        lsh.insert(i, m)
+    out: Pairs = set()
+    for i, m in enumerate(hashes):
+        if not shingles(texts[i] or ""):
+            continue
+        for j in lsh.query(m):
+            if j != i and shingles(texts[j] or ""):
+                out.add((min(i, j), max(i, j)))
+    return out
+
+
+def scores(found: Pairs, truth: Pairs) -> dict[str, float]:
+    tp = len(found & truth)
+    docs_true = {d for p in truth for d in p}
+    docs_found = {d for p in found for d in p}
+    return {
+        "pairs_found": len(found),
+        "pair_recall": tp / len(truth) if truth else 1.0,
+        "pair_precision": tp / len(found) if found else 1.0,
+        "doc_recall": len(docs_true & docs_found) / len(docs_true) if docs_true else 1.0,
+        "doc_precision": len(docs_true & docs_found) / len(docs_found) if docs_found else 1.0,
+    }
+
+
+def load_texts(args: argparse.Namespace) -> list[str | None]:
+    if args.input:
+        import pandas as pd
+
+        frame = pd.read_parquet(args.input, columns=[args.id_column, args.text_column])
+        return [t if isinstance(t, str) else None for t in frame[args.text_column].tolist()]
+    from corpus import corpus_frame
+
+    return corpus_frame(args.docs)["text"].tolist()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=12_000, help="size of the generated corpus")
+    ap.add_argument("--input", help="score a Parquet corpus instead (file, directory or glob)")
+    ap.add_argument("--id-column", default="id")
+    ap.add_argument("--text-column", default="text")
+    ap.add_argument("--thresholds", default="0.7,0.8,0.9", help="comma-separated thresholds")
+    ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "accuracy.json")
+    args = ap.parse_args()
+    texts = load_texts(args)
+    results = []
+    print(f"{len(texts):,} documents\n")
+    print("| t | tool | bands x rows | true pairs | found | pair recall | pair precision | doc recall | doc precision | seconds |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for t in (float(x) for x in args.thresholds.split(",")):
+        truth = true_pairs(texts, t)
+        ob, orr = optimal_params(t, 128)
+        tools: list[tuple[str, tuple[int, int], Callable[[], Pairs]]] = [
+            ("dedup estimate", (16, 8), lambda: dedup_pairs(texts, Params(threshold=t))),
+            ("dedup exact", (16, 8), lambda: dedup_pairs(texts, Params(threshold=t, confirm="exact"))),
+            ("dedup estimate", (ob, orr), lambda: dedup_pairs(texts, Params(threshold=t, num_bands=ob, rows_per_band=orr))),
+            ("dedup exact", (ob, orr), lambda: dedup_pairs(
+                texts, Params(threshold=t, num_bands=ob, rows_per_band=orr, confirm="exact"))),
+            ("datasketch MinHashLSH", (ob, orr), lambda: datasketch_pairs(texts, t, None)),
+            ("datasketch MinHashLSH", (16, 8), lambda: datasketch_pairs(texts, t, (16, 8))),
+            ("rensa RMinHashLSH", (16, 8), lambda: rensa_pairs(texts, t, 16)),
+        ]
+        for name, (b, r), fn in tools:
+            start = time.perf_counter()
+            found = fn()
+            secs = time.perf_counter() - start
+            s = scores(found, truth)
+            results.append({"threshold": t, "tool": name, "bands": b, "rows": r, "true_pairs": len(truth),
+                            "seconds": round(secs, 2), **s})
+            print(f"| {t} | {name} | {b} x {r} | {len(truth):,} | {s['pairs_found']:,} | {s['pair_recall']:.3f} | "
+                  f"{s['pair_precision']:.3f} | {s['doc_recall']:.3f} | {s['doc_precision']:.3f} | {secs:.1f} |")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"documents": len(texts), "results": results}, indent=2))
+    print(f"\nsaved {args.json}")
+
+
+if __name__ == "__main__":
+    main()
