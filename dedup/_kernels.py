@@ -51,6 +51,11 @@ def minhash_rows(x, offsets, a, b, out):  # pragma: no cover - compiled
             out[d, i] = row[i]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _is_word(c, pre, word_byte):  # pragma: no cover - compiled
+    return (c != 32) if pre else word_byte[c]
+
+
 @numba.njit(cache=True, nogil=True)
 def tokenize(buf, doc_offsets, prenormalized, word_byte, lower):  # pragma: no cover - compiled
     """Words of each document as one compact buffer: words joined by single spaces.
@@ -59,40 +64,51 @@ def tokenize(buf, doc_offsets, prenormalized, word_byte, lower):  # pragma: no c
     prenormalized: bool [n], True where the document is already "w1 w2 ..." (any byte but a
     space is a word byte), else ASCII text where word_byte (a 256-entry table) decides;
     lower: a 256-entry lower-casing table. Returns (compact, word_start, word_end, word_count).
+    A first pass counts words and bytes, so memory is exact: a huge document costs its size
+    plus 16 bytes a word.
     """
     n = doc_offsets.shape[0] - 1
-    # a word takes at least one input byte; one space may be added at each document boundary
-    out = np.empty(buf.shape[0] + n, dtype=np.uint8)
-    starts = np.empty(buf.shape[0], dtype=np.int64)
-    ends = np.empty(buf.shape[0], dtype=np.int64)
     counts = np.zeros(n, dtype=np.int64)
+    total_words = 0
+    total_bytes = 0
+    for d in range(n):
+        pre = prenormalized[d]
+        prev = False
+        for i in range(doc_offsets[d], doc_offsets[d + 1]):
+            w = _is_word(buf[i], pre, word_byte)
+            if w:
+                total_bytes += 1
+                if not prev:
+                    counts[d] += 1
+            prev = w
+        total_words += counts[d]
+    out = np.empty(total_bytes + max(total_words - 1, 0), dtype=np.uint8)
+    starts = np.empty(total_words, dtype=np.int64)
+    ends = np.empty(total_words, dtype=np.int64)
     pos = 0
     nw = 0
     for d in range(n):
-        in_word = False
         pre = prenormalized[d]
+        prev = False
         for i in range(doc_offsets[d], doc_offsets[d + 1]):
             c = buf[i]
-            is_w = (c != 32) if pre else word_byte[c]
-            if is_w:
-                if not in_word:
+            w = _is_word(c, pre, word_byte)
+            if w:
+                if not prev:
                     if pos > 0:
                         out[pos] = 32
                         pos += 1
                     starts[nw] = pos
-                    in_word = True
                 out[pos] = lower[c]
                 pos += 1
-            elif in_word:
+            elif prev:
                 ends[nw] = pos
                 nw += 1
-                counts[d] += 1
-                in_word = False
-        if in_word:
+            prev = w
+        if prev:
             ends[nw] = pos
             nw += 1
-            counts[d] += 1
-    return out[:pos], starts[:nw], ends[:nw], counts
+    return out, starts, ends, counts
 
 
 @numba.njit(cache=True, nogil=True)

@@ -36,7 +36,8 @@ def sig_columns(num_perm: int) -> list[str]:
 def doc_keys(ids: pd.Series) -> NDArray[np.int64]:
     """A stable int64 key per document id: integer ids as they are, other ids hashed (64 bit)."""
     if pd.api.types.is_integer_dtype(ids.dtype):
-        return ids.to_numpy(dtype=np.int64)
+        # null ids (nullable integer columns) are found and reported before any output is written
+        return ids.fillna(0).to_numpy(dtype=np.int64) if ids.hasnans else ids.to_numpy(dtype=np.int64)
     values = ids.astype(object).to_numpy()
     return pd.util.hash_array(values, categorize=False).view(np.int64)
 

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 IGNORED = ("_SUCCESS", "_metadata", "_common_metadata", "_dedup.json")
@@ -30,14 +32,15 @@ def input_files(path: str) -> list[str]:
         fs, root = fsspec.core.url_to_fs(path)
         proto = path.split("://", 1)[0]
         if fs.isdir(root):
-            found = [f for f in fs.find(root) if not Path(f).name.startswith((".", "_"))]
-        else:
-            found = fs.glob(root) if any(c in root for c in "*?[") else [root]
+            return sorted(f"{proto}://{f}" for f in fs.find(root) if not Path(f).name.startswith((".", "_")))
+        found = fs.glob(root) if any(c in root for c in "*?[") else ([root] if fs.exists(root) else [])
         if not found:
             raise FileNotFoundError(f"No input files at {path!r}.")
         return sorted(f"{proto}://{f}" for f in found)
     if any(c in path for c in "*?["):
         files = sorted(f for f in glob.glob(path) if os.path.isfile(f))
+        if not files:
+            raise FileNotFoundError(f"No input files match {path!r}.")
     elif os.path.isdir(path):
         files = sorted(
             os.path.join(dirpath, name)
@@ -50,20 +53,69 @@ def input_files(path: str) -> list[str]:
         files = [path]
     else:
         raise FileNotFoundError(f"Input {path!r} does not exist.")
-    if not files:
-        raise FileNotFoundError(f"Input {path!r} holds no files.")
-    for f in files:
-        check_parquet(f)
     return files
 
 
-def check_parquet(path: str) -> None:
-    """Raise naming `path` when it is not a readable Parquet file."""
+def read_schema(path: str) -> pa.Schema:
+    """The Arrow schema of one Parquet file; raises naming the file when it is not readable Parquet."""
     try:
-        pq.ParquetFile(path).metadata  # noqa: B018 - reads the footer
+        if _is_url(path):
+            with fsspec.open(path, "rb") as fh:
+                return pq.ParquetFile(fh).schema_arrow
+        return pq.ParquetFile(path).schema_arrow
     except Exception as exc:  # pyarrow raises several types for bad files
         raise ValueError(f"Input file {path!r} is not a readable Parquet file ({type(exc).__name__}: {exc}). "
                          "Remove it from the input or repair it.") from None
+
+
+def check_inputs(files: Sequence[str], id_column: str, text_column: str) -> None:
+    """Every file is Parquet and has the id and text columns with usable types; errors name the file."""
+    for f in files:
+        schema = read_schema(f)
+        for role, name in (("id", id_column), ("text", text_column)):
+            if name not in schema.names:
+                raise ValueError(f"{f}: the {role} column {name!r} is missing; columns found: {schema.names}. "
+                                 f"Pass --{role}-column to name the right one.")
+        ttype = schema.field(text_column).type
+        if not (pa.types.is_string(ttype) or pa.types.is_large_string(ttype) or pa.types.is_null(ttype)
+                or ttype == pa.string_view()):
+            raise ValueError(f"{f}: the text column {text_column!r} has type {ttype}; it must hold strings "
+                             "(cast it, or name the right column with --text-column).")
+        itype = schema.field(id_column).type
+        if not (pa.types.is_integer(itype) or pa.types.is_string(itype) or pa.types.is_large_string(itype)
+                or itype == pa.string_view()):
+            raise ValueError(f"{f}: the id column {id_column!r} has type {itype}; ids must be strings or integers.")
+
+
+def null_id_rows(files: Sequence[str], id_column: str, limit: int = 5) -> list[tuple[str, int]]:
+    """(file, row) of the first null ids, reading only the id column of each file."""
+    found: list[tuple[str, int]] = []
+    for f in files:
+        with fsspec.open(f, "rb") as fh:
+            col = pq.read_table(fh, columns=[id_column]).column(0)
+        if col.null_count:
+            rows = pc.indices_nonzero(pc.is_null(col)).to_pylist()
+            found += [(f, r) for r in rows[: limit - len(found)]]
+        if len(found) >= limit:
+            break
+    return found
+
+
+def id_locations(files: Sequence[str], id_column: str, ids: Sequence[Any], limit: int = 10) -> list[tuple[str, int, Any]]:
+    """(file, row, id) where the given ids occur, for error messages."""
+    wanted = pa.array(list(ids))
+    found: list[tuple[str, int, Any]] = []
+    for f in files:
+        with fsspec.open(f, "rb") as fh:
+            col = pq.read_table(fh, columns=[id_column]).column(0)
+        if pa.types.is_integer(col.type) != pa.types.is_integer(wanted.type):
+            col = col.cast(pa.string())
+            wanted = wanted.cast(pa.string())
+        rows = pc.indices_nonzero(pc.is_in(col, value_set=wanted)).to_pylist()
+        found += [(f, r, col[r].as_py()) for r in rows[: limit - len(found)]]
+        if len(found) >= limit:
+            break
+    return found
 
 
 def _local(path: str) -> Path | None:
@@ -114,6 +166,15 @@ class Staging:
         with self.fs.open(f"{self.tmp}/{name}", "w") as fh:
             json.dump(obj, fh, indent=2, sort_keys=True)
             fh.write("\n")
+
+    def write_empty(self, id_column: str, text_column: str, tag: bool) -> None:
+        """An empty Parquet shard with the id, text (and minhash_cluster) columns."""
+        fields = [pa.field(id_column, pa.string()), pa.field(text_column, pa.string())]
+        if tag:
+            fields.append(pa.field("minhash_cluster", pa.string()))
+        self.fs.makedirs(self.tmp, exist_ok=True)
+        with self.fs.open(f"{self.tmp}/part-00000-of-00001.parquet", "wb") as fh:
+            pq.write_table(pa.schema(fields).empty_table(), fh)
 
     def commit(self) -> None:
         if self.fs.exists(self.root):

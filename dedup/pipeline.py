@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from dedup import frames
+from dedup import frames, io
 from dedup.config import Params
 from dedup.decontam import PathLike, ProtectedNgrams
 from dedup.near import confirm_pairs
@@ -99,16 +99,13 @@ def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:
         raise ValueError("The input already has a 'minhash_cluster' column; rename or drop it first.")
 
 
-def _scatter(value: Any) -> Any:
-    """Send `value` to the workers once (a future), or return it as is without a client."""
-    try:
-        from distributed import get_client
+def _shared(value: Any) -> Any:
+    """`value` as one graph node that every partition's task depends on.
 
-        client = get_client()
-    except (ImportError, ValueError):
-        return value
-    [future] = client.scatter([value], broadcast=True, hash=False)  # content keys race with releases
-    return future
+    A delayed value, not a scattered future: the scheduler keeps it in the graph, so a worker
+    killed mid-run loses nothing that cannot be recomputed (a scattered future would be gone).
+    """
+    return dask.delayed(value, pure=True, traverse=False)
 
 
 def _edges_to_confirm(edges: pd.DataFrame) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
@@ -122,8 +119,8 @@ def _edges_to_confirm(edges: pd.DataFrame) -> tuple[NDArray[np.int64], NDArray[n
     return same[:, 0], same[:, 1], cand[:, 0], cand[:, 1]
 
 
-def _check_unique_keys(feat: dd.DataFrame, ddf: dd.DataFrame, id_column: str) -> None:
-    """Raise, naming ids, if an id repeats (or two ids share a 64-bit key)."""
+def _check_unique_keys(feat: dd.DataFrame, ddf: dd.DataFrame, id_column: str, files: Sequence[str] = ()) -> None:
+    """Raise, naming ids and where they occur, if an id repeats (or two ids share a 64-bit key)."""
     keys = feat[["doc"]]
     dup = keys.shuffle(on="doc").map_partitions(lambda d: d[d["doc"].duplicated(keep=False)], meta=keys._meta)
     (found,) = _compute(dup)
@@ -136,7 +133,12 @@ def _check_unique_keys(feat: dd.DataFrame, ddf: dd.DataFrame, id_column: str) ->
     (rows,) = _compute(ids)
     names = sorted(set(rows[id_column].astype(str)))
     if len(names) == len(bad):
-        raise ValueError(f"{len(bad)} document id(s) occur more than once, e.g. {names[:5]}; ids must be unique.")
+        where = ""
+        if files:
+            located = io.id_locations(files, id_column, rows[id_column].drop_duplicates().head(3).tolist())
+            where = " (" + ", ".join(f"{i!r} in {f} row {r}" for f, r, i in located) + ")"
+        raise ValueError(f"{len(bad)} document id(s) occur more than once, e.g. {names[:5]}{where}; "
+                         "ids must be unique. Nothing was written.")
     raise ValueError(f"Ids {names[:5]} hash to the same 64-bit key; rename one of them.")
 
 
@@ -164,7 +166,7 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
     with _Stage(report, "confirm"):
         wanted = np.unique(np.concatenate([same_l, same_r, cand_l, cand_r]))
         cols = ["doc", "_id"] + (frames.sig_columns(params.num_perm) if params.confirm == "estimate" else ["_text"])
-        wanted_f = _scatter(wanted)
+        wanted_f = _shared(wanted)
 
         def pick(part: pd.DataFrame, f: pd.DataFrame, w: NDArray[np.int64]) -> pd.DataFrame:
             f = f.assign(_id=part[id_column].to_numpy(), _text=frames.texts_of(part[text_column]))
@@ -203,7 +205,7 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
 
 def _features(ddf: dd.DataFrame, id_column: str, text_column: str, params: Params,
               protected: ProtectedNgrams | None) -> dd.DataFrame:
-    prot = _scatter(protected) if protected is not None else None
+    prot = _shared(protected) if protected is not None else None
     return ddf.map_partitions(frames.features, id_column, text_column, params, prot,
                               meta=frames.features_meta(params.num_perm))
 
@@ -211,7 +213,7 @@ def _features(ddf: dd.DataFrame, id_column: str, text_column: str, params: Param
 def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
             id_column: str = "id", text_column: str = "text", params: Params | None = None, drop: bool = True,
             max_bucket: int = DEFAULT_MAX_BUCKET, npartitions: int | None = None,
-            report: Report | None = None) -> dd.DataFrame:
+            report: Report | None = None, files: Sequence[str] = ()) -> dd.DataFrame:
     """Decontaminate (if `protected`), then near-dedup (if `near`); a lazy frame with `minhash_cluster`.
 
     Runs the clustering eagerly (it needs every document) and returns the final frame lazily,
@@ -225,7 +227,13 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
         counts = feat.map_partitions(
             lambda f: pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())]}),
             meta={"rows": "int64", "contaminated": "int64"})
-        (count_df,) = _compute(counts)
+        nulls = ddf[id_column].isna().sum()
+        count_df, null_ids = _compute(counts, nulls)
+        if null_ids:
+            located = io.null_id_rows(files, id_column) if files else []
+            where = "; first at " + ", ".join(f"{f} row {r}" for f, r in located) if located else ""
+            raise ValueError(f"{null_ids} document(s) have a null id in column {id_column!r}{where}. "
+                             "Every document needs a unique id.")
         report.input_rows = int(count_df["rows"].sum())
         report.contaminated = int(count_df["contaminated"].sum())
         log.info("features: %d rows in %d partitions, %d contaminated", report.input_rows, ddf.npartitions,
@@ -235,13 +243,13 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
         (vc,) = _compute(by_file)
         totals = vc.groupby(level=0).sum() if len(vc) else vc
         report.contaminated_by_file = {name: int(totals.get(i, 0)) for i, name in enumerate(protected.files)}
-    _check_unique_keys(feat, ddf, id_column)
+    _check_unique_keys(feat, ddf, id_column, files)
     if near:
         members, roots = cluster_table(ddf, feat, id_column=id_column, text_column=text_column, params=params,
                                        max_bucket=max_bucket, npartitions=npartitions, report=report)
     else:
         members, roots = np.zeros(0, np.int64), np.zeros(0, object)
-    members_f, roots_f = _scatter(members), _scatter(roots)
+    members_f, roots_f = _shared(members), _shared(roots)
     meta = ddf._meta.assign(minhash_cluster=pd.Series(dtype="string")) if near else ddf._meta
     return dd.map_partitions(frames.attach_roots, ddf, feat, id_column, members_f, roots_f, drop and near, near,
                              meta=meta, align_dataframes=False)
@@ -264,6 +272,28 @@ def decontaminate(ddf: dd.DataFrame, protected: ProtectedNgrams | PathLike | Seq
                    drop=False, **kwargs)
 
 
+def _explain_killed_worker(exc: BaseException, files: Sequence[str], npartitions: int) -> None:
+    """Turn a bare KilledWorker into a message that names the input file to look at."""
+    try:
+        from distributed.scheduler import KilledWorker
+    except ImportError:
+        return
+    if not isinstance(exc, KilledWorker):
+        return
+    key = exc.task
+    part = key[1] if isinstance(key, tuple) and len(key) > 1 and isinstance(key[1], int) else None
+    if part is not None and npartitions == len(files) and part < len(files):
+        where = f"input file {files[part]!r} (partition {part})"
+    elif part is not None:
+        where = f"input partition {part} (one of the files {list(files)[:3]}...)"
+    else:
+        where = f"task {key!r}"
+    raise RuntimeError(
+        f"A worker died again and again while processing {where}: a document there may exhaust worker "
+        "memory or crash a library. Inspect that file, or give workers more memory. Nothing was written."
+    ) from exc
+
+
 def _versions() -> dict[str, str]:
     import importlib.metadata as md
 
@@ -284,32 +314,40 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
     Runs on the active distributed client (or the local scheduler without one). OUTPUT gets
     one Parquet shard per input partition plus `_dedup.json`, the manifest, which is returned.
     """
-    from dedup import io
-
     params = params or Params()
     report = Report()
     start = time.perf_counter()
     files = io.input_files(input)
     io.check_output([input], output, overwrite)
+    io.check_inputs(files, id_column, text_column)
     prot = None
     if protected:
         with _Stage(report, "protected"):
             prot = ProtectedNgrams.from_paths(list(protected), params.ngram_size)
+            report.contaminated_by_file = dict.fromkeys(prot.files, 0)
             for name, count in zip(prot.files, prot.gram_counts()):
                 if count == 0:
                     log.warning("protected file %s holds no %d-gram: it protects nothing", name, params.ngram_size)
             log.info("protected: %d distinct %d-grams from %d file(s)", len(prot), params.ngram_size, len(prot.files))
-    ddf = dd.read_parquet(files)
-    result = process(ddf, protected=prot, near=near, id_column=id_column, text_column=text_column, params=params,
-                     drop=drop, max_bucket=max_bucket, report=report)
     staging = io.Staging(output)
     try:
-        with _Stage(report, "write"):
-            n = result.npartitions
-            write = result.to_parquet(staging.url, write_index=False, compute=False,
-                                      name_function=lambda i: f"part-{i:05d}-of-{n:05d}.parquet")
-            _compute(write, retries=retries)
-            output_rows = io.parquet_rows(staging.fs, staging.tmp)
+        if files:
+            ddf = dd.read_parquet(files)
+            try:
+                result = process(ddf, protected=prot, near=near, id_column=id_column, text_column=text_column,
+                                 params=params, drop=drop, max_bucket=max_bucket, report=report, files=files)
+                with _Stage(report, "write"):
+                    n = result.npartitions
+                    write = result.to_parquet(staging.url, write_index=False, compute=False,
+                                              name_function=lambda i: f"part-{i:05d}-of-{n:05d}.parquet")
+                    _compute(write, retries=retries)
+            except Exception as exc:
+                _explain_killed_worker(exc, files, ddf.npartitions)
+                raise
+        else:
+            log.warning("input %s holds no files: writing an empty output", input)
+            staging.write_empty(id_column, text_column, near)
+        output_rows = io.parquet_rows(staging.fs, staging.tmp)
         dropped_near = report.near_duplicates if (near and drop) else 0
         expected = report.input_rows - report.contaminated - dropped_near
         if output_rows != expected:

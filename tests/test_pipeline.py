@@ -134,7 +134,8 @@ def test_refuses_non_empty_output_and_output_inside_input(client, tmp_path: Path
 
 def test_missing_column_names_the_columns_found(client, tmp_path: Path) -> None:
     write_shards(pd.DataFrame({"id": ["a"], "body": ["x"]}), tmp_path / "in", 1)
-    with pytest.raises(ValueError, match=r"text column 'text' is not in the input; columns found: \['id', 'body'\]"):
+    with pytest.raises(ValueError, match=r"shard-00.parquet: the text column 'text' is missing; "
+                                         r"columns found: \['id', 'body'\]"):
         run(str(tmp_path / "in"), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
 
@@ -144,6 +145,7 @@ def test_duplicate_ids_raise_before_output(client, tmp_path: Path) -> None:
     write_shards(frame, tmp_path / "in", 1)
     write_shards(frame.iloc[[1]], tmp_path / "in2", 1)
     (tmp_path / "in2" / "shard-00.parquet").rename(tmp_path / "in" / "shard-99.parquet")
-    with pytest.raises(ValueError, match=r"occur more than once, e.g. \['b'\]"):
+    with pytest.raises(ValueError, match=r"occur more than once, e.g. \['b'\] \('b' in .*shard-00.parquet row 1, "
+                                         r"'b' in .*shard-99.parquet row 0\)"):
         run(str(tmp_path / "in"), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()

@@ -1,0 +1,143 @@
+"""Faults: a worker killed mid-shuffle, an interrupted run, a worker that keeps dying; and skew."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dedup.corpus import generate
+from dedup.pipeline import _explain_killed_worker, run
+from tests.conftest import write_shards
+
+
+def _assignments(out: Path) -> bytes:
+    return pd.read_parquet(out).sort_values("id")[["id", "minhash_cluster"]].to_csv(index=False).encode()
+
+
+@pytest.fixture(scope="module")
+def bigger_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    docs = generate(2000, seed=7)
+    frame = pd.DataFrame({"id": [d.id for d in docs], "text": [d.text for d in docs]})
+    return write_shards(frame, tmp_path_factory.mktemp("bigger") / "in", 6)
+
+
+def test_worker_killed_mid_shuffle_gives_identical_output(bigger_corpus: Path, tmp_path: Path) -> None:
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
+            Client(lc) as client:
+        run(str(bigger_corpus), str(tmp_path / "baseline"), drop=False)
+        pids = client.run(os.getpid)
+        outcome: dict[str, object] = {}
+
+        def job() -> None:
+            try:
+                outcome["manifest"] = run(str(bigger_corpus), str(tmp_path / "killed"), drop=False)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=job)
+        thread.start()
+        killed = None
+        deadline = time.time() + 120
+        while thread.is_alive() and killed is None and time.time() < deadline:
+            for addr, keys in client.processing().items():
+                if any("shuffle" in str(k) for k in keys) and addr in pids:
+                    os.kill(pids[addr], signal.SIGKILL)
+                    killed = addr
+                    break
+            time.sleep(0.005)
+        thread.join(timeout=300)
+        assert killed is not None, "no shuffle task was seen running, so no worker was killed"
+        assert "error" not in outcome, outcome.get("error")
+        client.wait_for_workers(2, timeout=60)
+    assert _assignments(tmp_path / "killed") == _assignments(tmp_path / "baseline")
+
+
+def _wait_for(proc: subprocess.Popen, text: str, timeout: float = 120) -> str:
+    seen = ""
+    deadline = time.time() + timeout
+    assert proc.stderr is not None
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen += line
+        if text in line:
+            return seen
+    raise AssertionError(f"{text!r} never appeared; stderr so far:\n{seen}")
+
+
+def _snapshot(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_run_leaves_output_as_it_was(bigger_corpus: Path, tmp_path: Path, sig: int) -> None:
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "dedup", "near", str(bigger_corpus), str(out), "--n-workers", "2"]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    before = _snapshot(out)
+    proc = subprocess.Popen([*cmd, "--overwrite", "--keep-duplicates"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        _wait_for(proc, "features:")
+        proc.send_signal(sig)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert _snapshot(out) == before  # no partial shards, nothing replaced
+    if sig == signal.SIGINT:
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # staging removed
+    res = subprocess.run([*cmd, "--overwrite", "--keep-duplicates"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert len(pd.read_parquet(out)) == len(pd.read_parquet(bigger_corpus))
+
+
+def test_worker_that_keeps_dying_names_the_input_file() -> None:
+    from distributed.scheduler import KilledWorker
+
+    files = ["data/a.parquet", "data/b.parquet", "data/c.parquet"]
+    exc = KilledWorker(("read_parquet-features-0123", 1), "tcp://127.0.0.1:1234", 3)
+    with pytest.raises(RuntimeError, match=r"input file 'data/b.parquet' \(partition 1\)") as info:
+        _explain_killed_worker(exc, files, npartitions=3)
+    assert info.value.__cause__ is exc
+    _explain_killed_worker(ValueError("other errors pass through"), files, 3)
+
+
+def test_boilerplate_copies_finish_in_one_cluster_without_pair_blowup(client, tmp_path: Path) -> None:
+    page = "Accept cookies. " + " ".join(f"boiler{i}" for i in range(150))
+    docs = generate(150, seed=3)
+    copies = 20_000
+    frame = pd.DataFrame({"id": [f"b{i:06d}" for i in range(copies)] + [d.id for d in docs],
+                          "text": [page] * copies + [d.text for d in docs]})
+    write_shards(frame, tmp_path / "in", 8)
+    m = run(str(tmp_path / "in"), str(tmp_path / "out"), drop=False)
+    out = pd.read_parquet(tmp_path / "out")
+    assert (out.loc[out["id"].str.startswith("b"), "minhash_cluster"] == "b000000").all()
+    assert m["approximated_buckets"] == 0 and m["candidate_pairs"] < 1000
+    assert copies - 1 <= m["same_text_pairs"] < copies + 100  # a star, not 200 million pairs
+    assert m["input_rows"] == m["output_rows"]
+
+
+def test_shared_header_and_footer_on_every_document(client, tmp_path: Path) -> None:
+    from dedup import clusters
+    from dedup.corpus import BANNER_FOOT, BANNER_HEAD
+
+    docs = generate(150, seed=4)
+    frame = pd.DataFrame({"id": [d.id for d in docs], "text": [f"{BANNER_HEAD} {d.text} {BANNER_FOOT}" for d in docs]})
+    write_shards(frame, tmp_path / "in", 3)
+    run(str(tmp_path / "in"), str(tmp_path / "out"), drop=False)
+    out = pd.read_parquet(tmp_path / "out")
+    got = sorted(sorted(g) for g in out.groupby("minhash_cluster")["id"].apply(list) if len(g) > 1)
+    assert got == sorted(sorted(g) for g in clusters(dict(zip(frame["id"], frame["text"]))))
