@@ -15,10 +15,8 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -80,6 +78,15 @@ def rensa_pairs(texts: Sequence[str | None], threshold: float, num_bands: int) -
     return out
 
 
+def find_pairs(tool: str, texts: Sequence[str | None], threshold: float, bands: int, rows: int) -> Pairs:
+    if tool.startswith("dedup"):
+        confirm = tool.split()[-1]
+        return dedup_pairs(texts, Params(threshold=threshold, num_bands=bands, rows_per_band=rows, confirm=confirm))
+    if tool.startswith("datasketch"):
+        return datasketch_pairs(texts, threshold, (bands, rows))
+    return rensa_pairs(texts, threshold, bands)
+
+
 def scores(found: Pairs, truth: Pairs) -> dict[str, float]:
     tp = len(found & truth)
     docs_true = {d for p in truth for d in p}
@@ -121,19 +128,11 @@ def main() -> None:
     for t in (float(x) for x in args.thresholds.split(",")):
         truth = true_pairs(texts, t)
         ob, orr = optimal_params(t, 128)
-        tools: list[tuple[str, tuple[int, int], Callable[[], Pairs]]] = [
-            ("dedup estimate", (16, 8), lambda: dedup_pairs(texts, Params(threshold=t))),
-            ("dedup exact", (16, 8), lambda: dedup_pairs(texts, Params(threshold=t, confirm="exact"))),
-            ("dedup estimate", (ob, orr), lambda: dedup_pairs(texts, Params(threshold=t, num_bands=ob, rows_per_band=orr))),
-            ("dedup exact", (ob, orr), lambda: dedup_pairs(
-                texts, Params(threshold=t, num_bands=ob, rows_per_band=orr, confirm="exact"))),
-            ("datasketch MinHashLSH", (ob, orr), lambda: datasketch_pairs(texts, t, None)),
-            ("datasketch MinHashLSH", (16, 8), lambda: datasketch_pairs(texts, t, (16, 8))),
-            ("rensa RMinHashLSH", (16, 8), lambda: rensa_pairs(texts, t, 16)),
-        ]
-        for name, (b, r), fn in tools:
+        tools = [("dedup estimate", ob, orr), ("dedup exact", ob, orr), ("dedup estimate", 16, 8), ("dedup exact", 16, 8),
+                 ("datasketch MinHashLSH", ob, orr), ("datasketch MinHashLSH", 16, 8), ("rensa RMinHashLSH", 16, 8)]
+        for name, b, r in tools:
             start = time.perf_counter()
-            found = fn()
+            found = find_pairs(name, texts, t, b, r)
             secs = time.perf_counter() - start
             s = scores(found, truth)
             results.append({"threshold": t, "tool": name, "bands": b, "rows": r, "true_pairs": len(truth),

@@ -38,7 +38,8 @@ def main() -> None:
     base = corpus_frame(args.ordinary)[["id", "text"]]
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="dedup-skew-"))
-    print("| copies | documents | seconds | µs per document | peak RSS (MiB) | largest cluster | same-text pairs | approximated buckets |")
+    print("| copies | documents | seconds | µs per document | peak RSS (MiB) | largest cluster | same-text pairs "
+          "| approximated buckets |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     try:
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0",
