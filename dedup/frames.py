@@ -47,8 +47,9 @@ def texts_of(column: pd.Series) -> list[str | None]:
     return [t if isinstance(t, str) else None for t in column.tolist()]
 
 
-def features_meta(num_perm: int) -> pd.DataFrame:
+def features_meta(num_perm: int, id_dtype: Any) -> pd.DataFrame:
     cols: dict[str, Any] = {
+        "_id": pd.Series(dtype=id_dtype),
         "doc": pd.Series(dtype=np.int64),
         "tkey": pd.Series(dtype=np.uint64),
         "tkey2": pd.Series(dtype=np.uint64),
@@ -61,7 +62,7 @@ def features_meta(num_perm: int) -> pd.DataFrame:
 
 def features(part: pd.DataFrame, id_column: str, text_column: str, params: Params,
              protected: ProtectedNgrams | None) -> pd.DataFrame:
-    """Per document: key, two text hashes, contamination source and MinHash signature.
+    """Per document: id, integer key, two text hashes, contamination source and MinHash signature.
 
     tkey/tkey2: two independent 64-bit hashes of the document's words (0 for a document with
     no words or a contaminated one: such documents take no part in near-dedup).
@@ -91,7 +92,7 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
     active = has_words & (source < 0)
     tkey[~active] = 0
     tkey2[~active] = 0
-    out = pd.DataFrame({"doc": doc_keys(part[id_column]), "tkey": tkey, "tkey2": tkey2, "source": source.astype(np.int32)},
+    out = pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(part[id_column]), "tkey": tkey, "tkey2": tkey2, "source": source.astype(np.int32)},
                        index=range(n))
     sig_frame = pd.DataFrame(sigs, columns=sig_columns(params.num_perm))
     return pd.concat([out, sig_frame], axis=1)

@@ -119,25 +119,21 @@ def _edges_to_confirm(edges: pd.DataFrame) -> tuple[NDArray[np.int64], NDArray[n
     return same[:, 0], same[:, 1], cand[:, 0], cand[:, 1]
 
 
-def _check_unique_keys(feat: dd.DataFrame, ddf: dd.DataFrame, id_column: str, files: Sequence[str] = ()) -> None:
+def _check_unique_keys(feat: dd.DataFrame, id_column: str, files: Sequence[str] = ()) -> None:
     """Raise, naming ids and where they occur, if an id repeats (or two ids share a 64-bit key)."""
-    keys = feat[["doc"]]
+    keys = feat[["doc", "_id"]]
     dup = keys.shuffle(on="doc").map_partitions(lambda d: d[d["doc"].duplicated(keep=False)], meta=keys._meta)
     (found,) = _compute(dup)
     if found.empty:
         return
-    bad = np.unique(found["doc"].to_numpy(np.int64))
-    ids = ddf[[id_column]].map_partitions(
-        lambda p, bad=bad: p.assign(_k=frames.doc_keys(p[id_column]))[lambda d: d["_k"].isin(bad)],
-        meta=ddf[[id_column]]._meta.assign(_k=np.int64(0)))
-    (rows,) = _compute(ids)
-    names = sorted(set(rows[id_column].astype(str)))
-    if len(names) == len(bad):
+    per_key = found.assign(_id=found["_id"].astype(str)).groupby("doc")["_id"].nunique()
+    names = sorted(set(found["_id"].astype(str)))
+    if (per_key == 1).all():
         where = ""
         if files:
-            located = io.id_locations(files, id_column, rows[id_column].drop_duplicates().head(3).tolist())
+            located = io.id_locations(files, id_column, found["_id"].drop_duplicates().head(3).tolist())
             where = " (" + ", ".join(f"{i!r} in {f} row {r}" for f, r, i in located) + ")"
-        raise ValueError(f"{len(bad)} document id(s) occur more than once, e.g. {names[:5]}{where}; "
+        raise ValueError(f"{len(per_key)} document id(s) occur more than once, e.g. {names[:5]}{where}; "
                          "ids must be unique. Nothing was written.")
     raise ValueError(f"Ids {names[:5]} hash to the same 64-bit key; rename one of them.")
 
@@ -165,15 +161,17 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
         log.info("buckets: %d candidate pairs, %d same-text pairs", len(cand_l), len(same_l))
     with _Stage(report, "confirm"):
         wanted = np.unique(np.concatenate([same_l, same_r, cand_l, cand_r]))
-        cols = ["doc", "_id"] + (frames.sig_columns(params.num_perm) if params.confirm == "estimate" else ["_text"])
         wanted_f = _shared(wanted)
+        if params.confirm == "estimate":  # everything needed is in the persisted features
+            cols = ["doc", "_id", *frames.sig_columns(params.num_perm)]
+            picked = feat.map_partitions(frames.select_docs, wanted_f, cols, meta=feat._meta[cols])
+        else:  # exact Jaccard needs the texts: read them again, for the wanted documents only
 
-        def pick(part: pd.DataFrame, f: pd.DataFrame, w: NDArray[np.int64]) -> pd.DataFrame:
-            f = f.assign(_id=part[id_column].to_numpy(), _text=frames.texts_of(part[text_column]))
-            return frames.select_docs(f, w, cols)
+            def pick(part: pd.DataFrame, f: pd.DataFrame, w: NDArray[np.int64]) -> pd.DataFrame:
+                return frames.select_docs(f.assign(_text=frames.texts_of(part[text_column])), w, ["doc", "_id", "_text"])
 
-        meta = feat._meta.assign(_id=ddf._meta[id_column], _text=pd.Series(dtype=object))[cols]
-        picked = dd.map_partitions(pick, ddf, feat, wanted_f, meta=meta, align_dataframes=False)
+            meta = feat._meta.assign(_text=pd.Series(dtype=object))[["doc", "_id", "_text"]]
+            picked = dd.map_partitions(pick, ddf, feat, wanted_f, meta=meta, align_dataframes=False)
         (table,) = _compute(picked)
         table = table.sort_values("doc", kind="stable").reset_index(drop=True)
         keys = table["doc"].to_numpy(np.int64)
@@ -207,7 +205,7 @@ def _features(ddf: dd.DataFrame, id_column: str, text_column: str, params: Param
               protected: ProtectedNgrams | None) -> dd.DataFrame:
     prot = _shared(protected) if protected is not None else None
     return ddf.map_partitions(frames.features, id_column, text_column, params, prot,
-                              meta=frames.features_meta(params.num_perm))
+                              meta=frames.features_meta(params.num_perm, ddf._meta[id_column].dtype))
 
 
 def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
@@ -225,10 +223,11 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
     with _Stage(report, "features"):
         feat = _features(ddf, id_column, text_column, params, protected).persist()
         counts = feat.map_partitions(
-            lambda f: pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())]}),
-            meta={"rows": "int64", "contaminated": "int64"})
-        nulls = ddf[id_column].isna().sum()
-        count_df, null_ids = _compute(counts, nulls)
+            lambda f: pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
+                                    "null_ids": [int(f["_id"].isna().sum())]}),
+            meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
+        (count_df,) = _compute(counts)
+        null_ids = int(count_df["null_ids"].sum())
         if null_ids:
             located = io.null_id_rows(files, id_column) if files else []
             where = "; first at " + ", ".join(f"{f} row {r}" for f, r in located) if located else ""
@@ -243,7 +242,7 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
         (vc,) = _compute(by_file)
         totals = vc.groupby(level=0).sum() if len(vc) else vc
         report.contaminated_by_file = {name: int(totals.get(i, 0)) for i, name in enumerate(protected.files)}
-    _check_unique_keys(feat, ddf, id_column, files)
+    _check_unique_keys(feat, id_column, files)
     if near:
         members, roots = cluster_table(ddf, feat, id_column=id_column, text_column=text_column, params=params,
                                        max_bucket=max_bucket, npartitions=npartitions, report=report)
