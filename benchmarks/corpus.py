@@ -18,7 +18,7 @@ DOCS_PER_ORIGINAL = 1.85  # 0.5*0 + 0.25*1 + 0.15*2 + 0.10*3 copies, plus the or
 
 def corpus_frame(docs: int, seed: int = 0) -> pd.DataFrame:
     """About `docs` documents (cut to exactly `docs`, whole families kept first)."""
-    rows = generate(max(1, round(docs / DOCS_PER_ORIGINAL) + 50), seed=seed)
+    rows = generate(max(1, round(docs / DOCS_PER_ORIGINAL * 1.03) + 50), seed=seed)
     frame = pd.DataFrame({"id": [d.id for d in rows], "text": [d.text for d in rows], "family": [d.family for d in rows]})
     return frame.iloc[:docs].reset_index(drop=True) if len(frame) > docs else frame
 

@@ -92,7 +92,8 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
     active = has_words & (source < 0)
     tkey[~active] = 0
     tkey2[~active] = 0
-    out = pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(part[id_column]), "tkey": tkey, "tkey2": tkey2, "source": source.astype(np.int32)},
+    out = pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(part[id_column]), "tkey": tkey,
+                        "tkey2": tkey2, "source": source.astype(np.int32)},
                        index=range(n))
     sig_frame = pd.DataFrame(sigs, columns=sig_columns(params.num_perm))
     return pd.concat([out, sig_frame], axis=1)
