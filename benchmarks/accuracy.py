@@ -38,6 +38,16 @@ def dedup_pairs(texts: Sequence[str | None], params: Params) -> Pairs:
     return set(zip(left[ok].tolist(), right[ok].tolist()))
 
 
+def _query_pairs(lsh: object, hashes: list, texts: Sequence[str | None]) -> Pairs:
+    """Pairs a peer's LSH index reports: each document queried against all, empty texts skipped."""
+    has_words = [bool(shingles(t or "")) for t in texts]
+    out: Pairs = set()
+    for i, m in enumerate(hashes):
+        if has_words[i]:
+            out.update((min(i, j), max(i, j)) for j in lsh.query(m) if j != i and has_words[j])  # type: ignore[attr-defined]
+    return out
+
+
 def datasketch_pairs(texts: Sequence[str | None], threshold: float, bands_rows: tuple[int, int] | None) -> Pairs:
     from datasketch import MinHash, MinHashLSH
 
@@ -48,14 +58,7 @@ def datasketch_pairs(texts: Sequence[str | None], threshold: float, bands_rows: 
         m.update_batch([s.encode("utf-8") for s in shingles(t or "")])
         hashes.append(m)
         lsh.insert(i, m)
-    out: Pairs = set()
-    for i, m in enumerate(hashes):
-        if not shingles(texts[i] or ""):
-            continue
-        for j in lsh.query(m):
-            if j != i and shingles(texts[j] or ""):
-                out.add((min(i, j), max(i, j)))
-    return out
+    return _query_pairs(lsh, hashes, texts)
 
 
 def rensa_pairs(texts: Sequence[str | None], threshold: float, num_bands: int) -> Pairs:
@@ -68,14 +71,7 @@ def rensa_pairs(texts: Sequence[str | None], threshold: float, num_bands: int) -
         m.update(list(shingles(t or "")))
         hashes.append(m)
         lsh.insert(i, m)
-    out: Pairs = set()
-    for i, m in enumerate(hashes):
-        if not shingles(texts[i] or ""):
-            continue
-        for j in lsh.query(m):
-            if j != i and shingles(texts[j] or ""):
-                out.add((min(i, j), max(i, j)))
-    return out
+    return _query_pairs(lsh, hashes, texts)
 
 
 def find_pairs(tool: str, texts: Sequence[str | None], threshold: float, bands: int, rows: int) -> Pairs:

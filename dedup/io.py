@@ -15,8 +15,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-IGNORED = ("_SUCCESS", "_metadata", "_common_metadata", "_dedup.json")
-
 
 def _is_url(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
@@ -132,10 +130,8 @@ def check_output(inputs: Sequence[str], output: str, overwrite: bool) -> None:
             src = _local(i)
             if src is None:
                 continue
-            roots = [src] + ([src.parent] if src.is_file() else [])
             if out == src or src in out.parents or (src.is_file() and out == src.parent):
                 raise ValueError(f"OUTPUT {output!r} is or lies inside the input {i!r}; choose another directory.")
-            del roots
     fs, root = fsspec.core.url_to_fs(output)
     if fs.exists(root):
         if not fs.isdir(root):

@@ -49,9 +49,6 @@ class Report:
     largest_approximated_bucket: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 class _Stage:
     """Logs one line per stage with its seconds, and records them in the report."""

@@ -149,3 +149,20 @@ def test_duplicate_ids_raise_before_output(client, tmp_path: Path) -> None:
                                          r"'b' in .*shard-99.parquet row 0\)"):
         run(str(tmp_path / "in"), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+def test_decontaminate_only_keeps_columns_and_every_clean_row(client, tmp_path: Path, corpus_frame: pd.DataFrame,
+                                                              protected_file: Path) -> None:
+    import dask.dataframe as dd
+
+    from dedup import pipeline
+
+    src = write_shards(corpus_frame, tmp_path / "in", 2)
+    m = run(str(src), str(tmp_path / "out"), protected=[str(protected_file)], near=False)
+    out = pd.read_parquet(tmp_path / "out")
+    assert list(out.columns) == ["id", "text", "family"]
+    assert m["near_duplicates_dropped"] == 0 and len(out) == len(corpus_frame) - m["contaminated_dropped"] > 0
+    lazy = pipeline.decontaminate(dd.read_parquet(str(src)), [str(protected_file)])
+    assert sorted(lazy.compute()["id"]) == sorted(out["id"])
+    tagged = pipeline.near_dedup(dd.read_parquet(str(src)), drop=False).compute()
+    assert len(tagged) == len(corpus_frame) and "minhash_cluster" in tagged.columns
