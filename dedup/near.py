@@ -48,12 +48,6 @@ def confirm_pairs(
     )
 
 
-def _params(params: Params | None, kwargs: dict[str, Any]) -> Params:
-    if params is not None and kwargs:
-        raise TypeError("Pass either params= or individual parameters, not both.")
-    return params if params is not None else Params(**kwargs)
-
-
 def cluster_roots(ids: Sequence[Any], texts: Sequence[str | None], params: Params) -> list[Any]:
     """The root (smallest id of its component) of every document, in input order."""
     order = sorted(range(len(ids)), key=lambda i: ids[i])
@@ -75,13 +69,15 @@ def cluster_roots(ids: Sequence[Any], texts: Sequence[str | None], params: Param
     return out
 
 
-def clusters(docs: Mapping[str, str], *, params: Params | None = None, **kwargs: Any) -> list[set[str]]:
+def clusters(docs: Mapping[str, str], *, num_perm: int = 128, num_bands: int = 16, rows_per_band: int = 8,
+             threshold: float = 0.8, shingle_size: int = 5, seed: int = 0, confirm: str = "estimate",
+             params: Params | None = None) -> list[set[str]]:
     """Groups of near-duplicate ids (two or more members each), ordered by their smallest id.
 
-    Keyword arguments are those of `Params` (num_perm, num_bands, rows_per_band, threshold,
-    shingle_size, seed, confirm).
+    The parameters are those of `Params`; pass `params=` to use a ready-made one instead.
     """
-    p = _params(params, kwargs)
+    p = params or Params(num_perm=num_perm, num_bands=num_bands, rows_per_band=rows_per_band, threshold=threshold,
+                         shingle_size=shingle_size, seed=seed, confirm=confirm)
     ids = list(docs)
     roots = cluster_roots(ids, [docs[i] for i in ids], p)
     groups: dict[str, set[str]] = {}
@@ -90,13 +86,16 @@ def clusters(docs: Mapping[str, str], *, params: Params | None = None, **kwargs:
     return [groups[r] for r in sorted(groups) if len(groups[r]) > 1]
 
 
-def near_dedup(docs: Iterable[Doc], *, drop: bool = True, params: Params | None = None, **kwargs: Any) -> Iterator[Doc]:
+def near_dedup(docs: Iterable[Doc], *, num_perm: int = 128, num_bands: int = 16, rows_per_band: int = 8,
+               threshold: float = 0.8, shingle_size: int = 5, seed: int = 0, confirm: str = "estimate",
+               drop: bool = True, params: Params | None = None) -> Iterator[Doc]:
     """Tag each document's meta["minhash_cluster"] with its cluster root; with drop, keep roots only.
 
     Order and meta are kept. Clustering needs every document, so the input is read in full
     before the first document is yielded. Repeated ids raise.
     """
-    p = _params(params, kwargs)
+    p = params or Params(num_perm=num_perm, num_bands=num_bands, rows_per_band=rows_per_band, threshold=threshold,
+                         shingle_size=shingle_size, seed=seed, confirm=confirm)
     items = list(docs)
     roots = cluster_roots([d.id for d in items], [d.text for d in items], p)
     for doc, root in zip(items, roots):
