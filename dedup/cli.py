@@ -53,6 +53,9 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
     r.add_argument("--n-workers", type=int, help="worker processes of the local cluster (default: one per core)")
     o = p.add_argument_group("output")
     o.add_argument("--overwrite", action="store_true", help="replace a non-empty OUTPUT once the new output is complete")
+    o.add_argument("--features-on-disk", action="store_true",
+                   help="write intermediate signatures (about 0.5 KB a document) to Parquet next to the output "
+                        "instead of keeping them in worker memory; for corpora larger than the cluster's memory")
     o.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
 
 
@@ -121,7 +124,7 @@ def _job(args: argparse.Namespace) -> dict[str, Any]:
         return pipeline.run(args.input, args.output, protected=protected, near=near, id_column=args.id_column,
                             text_column=args.text_column, params=params,
                             drop=not getattr(args, "keep_duplicates", False), overwrite=args.overwrite,
-                            max_bucket=getattr(args, "max_bucket", 256))
+                            max_bucket=getattr(args, "max_bucket", 256), features_on_disk=args.features_on_disk)
 
 
 def _summary(m: dict[str, Any]) -> str:

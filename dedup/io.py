@@ -172,6 +172,12 @@ class Staging:
         with self.fs.open(f"{self.tmp}/part-00000-of-00001.parquet", "wb") as fh:
             pq.write_table(pa.schema(fields).empty_table(), fh)
 
+    def remove(self, name: str) -> None:
+        """Delete an intermediate entry of the staging directory, if present."""
+        path = f"{self.tmp}/{name}"
+        if self.fs.exists(path):
+            self.fs.rm(path, recursive=True)
+
     def commit(self) -> None:
         if self.fs.exists(self.root):
             self.fs.mv(self.root, self.old, recursive=True)

@@ -205,20 +205,44 @@ def _features(ddf: dd.DataFrame, id_column: str, text_column: str, params: Param
                               meta=frames.features_meta(params.num_perm, ddf._meta[id_column].dtype))
 
 
+def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
+    """Compute the features once: kept in worker memory, or written to `features_dir` as Parquet.
+
+    On disk, each partition is one file read back as one partition (`from_map`), so the
+    features stay aligned with the input's partitions while worker memory holds only what a
+    task is working on.
+    """
+    if features_dir is None:
+        return feat.persist()
+    import fsspec
+
+    n = feat.npartitions
+    _compute(feat.to_parquet(features_dir, write_index=False, compute=False,
+                             name_function=lambda i: f"features-{i:06d}.parquet"))
+    fs, root = fsspec.core.url_to_fs(features_dir)
+    proto = features_dir.split("://", 1)[0] + "://" if "://" in features_dir else ""
+    paths = [f"{proto}{root}/features-{i:06d}.parquet" for i in range(n)]
+    missing = [p for p in paths if not fs.exists(p.removeprefix(proto))]
+    if missing:
+        raise RuntimeError(f"Features were not written for {len(missing)} partition(s), e.g. {missing[0]}.")
+    return dd.from_map(pd.read_parquet, paths, meta=feat._meta, enforce_metadata=False)
+
+
 def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
             id_column: str = "id", text_column: str = "text", params: Params | None = None, drop: bool = True,
             max_bucket: int = DEFAULT_MAX_BUCKET, npartitions: int | None = None,
-            report: Report | None = None, files: Sequence[str] = ()) -> dd.DataFrame:
+            report: Report | None = None, files: Sequence[str] = (), features_dir: str | None = None) -> dd.DataFrame:
     """Decontaminate (if `protected`), then near-dedup (if `near`); a lazy frame with `minhash_cluster`.
 
     Runs the clustering eagerly (it needs every document) and returns the final frame lazily,
-    with the input's partitions and row order.
+    with the input's partitions and row order. Signatures are kept in worker memory (about
+    4 * num_perm bytes a document) unless `features_dir` names a directory to write them to.
     """
     params = params or Params()
     report = report if report is not None else Report()
     _check_columns(ddf, id_column, text_column)
     with _Stage(report, "features"):
-        feat = _features(ddf, id_column, text_column, params, protected).persist()
+        feat = _materialise(_features(ddf, id_column, text_column, params, protected), features_dir)
         counts = feat.map_partitions(
             lambda f: pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
                                     "null_ids": [int(f["_id"].isna().sum())]}),
@@ -304,11 +328,13 @@ def _versions() -> dict[str, str]:
 
 def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
         text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
-        max_bucket: int = DEFAULT_MAX_BUCKET, retries: int = 2) -> dict[str, Any]:
+        max_bucket: int = DEFAULT_MAX_BUCKET, retries: int = 2, features_on_disk: bool = False) -> dict[str, Any]:
     """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
 
     Runs on the active distributed client (or the local scheduler without one). OUTPUT gets
     one Parquet shard per input partition plus `_dedup.json`, the manifest, which is returned.
+    With `features_on_disk`, signatures go to a Parquet directory inside the staging area
+    (removed with it) instead of worker memory: for corpora larger than the cluster's memory.
     """
     params = params or Params()
     report = Report()
@@ -331,12 +357,14 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
             ddf = dd.read_parquet(files)
             try:
                 result = process(ddf, protected=prot, near=near, id_column=id_column, text_column=text_column,
-                                 params=params, drop=drop, max_bucket=max_bucket, report=report, files=files)
+                                 params=params, drop=drop, max_bucket=max_bucket, report=report, files=files,
+                                 features_dir=staging.url + "/_features" if features_on_disk else None)
                 with _Stage(report, "write"):
                     n = result.npartitions
                     write = result.to_parquet(staging.url, write_index=False, compute=False,
                                               name_function=lambda i: f"part-{i:05d}-of-{n:05d}.parquet")
                     _compute(write, retries=retries)
+                staging.remove("_features")
             except Exception as exc:
                 _explain_killed_worker(exc, files, ddf.npartitions)
                 raise
@@ -361,7 +389,7 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
             "same_text_pairs": report.same_text_pairs,
             "approximated_buckets": report.approximated_buckets,
             "largest_approximated_bucket": report.largest_approximated_bucket,
-            "max_bucket": max_bucket, "near_dedup": near, "drop_duplicates": drop,
+            "max_bucket": max_bucket, "near_dedup": near, "drop_duplicates": drop, "features_on_disk": features_on_disk,
             "id_column": id_column, "text_column": text_column,
             "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
             "protected_files": list(prot.files) if prot else [],

@@ -166,3 +166,13 @@ def test_decontaminate_only_keeps_columns_and_every_clean_row(client, tmp_path: 
     assert sorted(lazy.compute()["id"]) == sorted(out["id"])
     tagged = pipeline.near_dedup(dd.read_parquet(str(src)), drop=False).compute()
     assert len(tagged) == len(corpus_frame) and "minhash_cluster" in tagged.columns
+
+
+def test_features_on_disk_give_identical_output(client, tmp_path: Path, corpus_frame: pd.DataFrame,
+                                                protected_file: Path) -> None:
+    src = write_shards(corpus_frame, tmp_path / "in", 3)
+    run(str(src), str(tmp_path / "mem"), protected=[str(protected_file)], drop=False)
+    m = run(str(src), str(tmp_path / "disk"), protected=[str(protected_file)], drop=False, features_on_disk=True)
+    assert m["features_on_disk"] and not (tmp_path / "disk" / "_features").exists()
+    assert _assignments(tmp_path / "disk") == _assignments(tmp_path / "mem")
+    _check_accounting(tmp_path / "disk")
