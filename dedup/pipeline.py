@@ -51,18 +51,21 @@ class Report:
 
 
 class _Stage:
-    """Logs one line per stage with its seconds, and records them in the report."""
+    """Times one stage into the report and logs one line for it: what it did, and its seconds."""
 
     def __init__(self, report: Report, name: str) -> None:
         self.report, self.name = report, name
+        self.summary = ""
 
     def __enter__(self) -> Self:
         self.start = time.perf_counter()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         secs = time.perf_counter() - self.start
         self.report.seconds[self.name] = round(self.report.seconds.get(self.name, 0.0) + secs, 3)
+        if exc_type is None:
+            log.info("%s: %s (%.1f s)", self.name, self.summary or "done", secs)
 
 
 def _compute(*collections: Any, retries: int = 2) -> Any:
@@ -138,7 +141,7 @@ def _check_unique_keys(feat: dd.DataFrame, id_column: str, files: Sequence[str] 
 def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
                   max_bucket: int, npartitions: int | None, report: Report) -> tuple[NDArray[np.int64], NDArray[np.object_]]:
     """(doc keys, root ids) of every document in a cluster of two or more."""
-    with _Stage(report, "buckets"):
+    with _Stage(report, "buckets") as stage:
         long = feat.map_partitions(frames.long_form, params, meta=frames.LONG_META)
         k = npartitions or max(1, long.npartitions)
         buckets = long.shuffle(on=["band", "key"], npartitions=k)
@@ -155,8 +158,8 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
             log.warning("%d bucket(s) had more than %d distinct texts (largest %d): joined by star edges, "
                         "not all pairs", len(sizes), max_bucket, sizes.max())
         same_l, same_r, cand_l, cand_r = _edges_to_confirm(all_edges)
-        log.info("buckets: %d candidate pairs, %d same-text pairs", len(cand_l), len(same_l))
-    with _Stage(report, "confirm"):
+        stage.summary = f"{len(cand_l)} candidate pairs, {len(same_l)} same-text pairs"
+    with _Stage(report, "confirm") as stage:
         wanted = np.unique(np.concatenate([same_l, same_r, cand_l, cand_r]))
         wanted_f = _shared(wanted)
         if params.confirm == "estimate":  # everything needed is in the persisted features
@@ -180,8 +183,8 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
         report.candidate_pairs = len(cand_l)
         report.confirmed_pairs = int(ok.sum())
         report.same_text_pairs = len(same_l)
-        log.info("confirm (%s): %d of %d candidate pairs reach %.3f", params.confirm, ok.sum(), len(ok), params.threshold)
-    with _Stage(report, "union-find"):
+        stage.summary = f"{ok.sum()} of {len(ok)} candidate pairs reach {params.threshold:.3f} ({params.confirm})"
+    with _Stage(report, "union-find") as stage:
         members, root_keys = components(np.concatenate([same_l, cand_l[ok]]), np.concatenate([same_r, cand_r[ok]]))
         ids = table["_id"].to_numpy()[np.searchsorted(keys, members)]
         frame = pd.DataFrame({"root": root_keys, "id": ids})
@@ -193,8 +196,8 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
         report.clusters = len(sizes)
         report.largest_cluster = int(sizes.max()) if len(sizes) else 0
         report.near_duplicates = int(len(members) - len(sizes))
-        log.info("union-find: %d clusters, largest %d, %d near duplicates", report.clusters,
-                 report.largest_cluster, report.near_duplicates)
+        stage.summary = (f"{report.clusters} clusters, largest {report.largest_cluster}, "
+                         f"{report.near_duplicates} near duplicates")
     return members, root_id.to_numpy(dtype=object)
 
 
@@ -241,7 +244,7 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
     params = params or Params()
     report = report if report is not None else Report()
     _check_columns(ddf, id_column, text_column)
-    with _Stage(report, "features"):
+    with _Stage(report, "features") as stage:
         feat = _materialise(_features(ddf, id_column, text_column, params, protected), features_dir)
         counts = feat.map_partitions(
             lambda f: pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
@@ -256,8 +259,7 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
                              "Every document needs a unique id.")
         report.input_rows = int(count_df["rows"].sum())
         report.contaminated = int(count_df["contaminated"].sum())
-        log.info("features: %d rows in %d partitions, %d contaminated", report.input_rows, ddf.npartitions,
-                 report.contaminated)
+        stage.summary = f"{report.input_rows} rows in {ddf.npartitions} partitions, {report.contaminated} contaminated"
     if protected is not None:
         by_file = feat["source"].map_partitions(lambda s: s[s >= 0].value_counts(), meta=pd.Series(dtype=np.int64))
         (vc,) = _compute(by_file)
@@ -344,13 +346,13 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
     io.check_inputs(files, id_column, text_column)
     prot = None
     if protected:
-        with _Stage(report, "protected"):
+        with _Stage(report, "protected") as stage:
             prot = ProtectedNgrams.from_paths(list(protected), params.ngram_size)
             report.contaminated_by_file = dict.fromkeys(prot.files, 0)
             for name, count in zip(prot.files, prot.gram_counts()):
                 if count == 0:
                     log.warning("protected file %s holds no %d-gram: it protects nothing", name, params.ngram_size)
-            log.info("protected: %d distinct %d-grams from %d file(s)", len(prot), params.ngram_size, len(prot.files))
+            stage.summary = f"{len(prot)} distinct {params.ngram_size}-grams from {len(prot.files)} file(s)"
     staging = io.Staging(output)
     try:
         if files:
@@ -359,11 +361,12 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
                 result = process(ddf, protected=prot, near=near, id_column=id_column, text_column=text_column,
                                  params=params, drop=drop, max_bucket=max_bucket, report=report, files=files,
                                  features_dir=staging.url + "/_features" if features_on_disk else None)
-                with _Stage(report, "write"):
+                with _Stage(report, "write") as stage:
                     n = result.npartitions
                     write = result.to_parquet(staging.url, write_index=False, compute=False,
                                               name_function=lambda i: f"part-{i:05d}-of-{n:05d}.parquet")
                     _compute(write, retries=retries)
+                    stage.summary = f"{n} Parquet shards to the staging directory"
                 staging.remove("_features")
             except Exception as exc:
                 _explain_killed_worker(exc, files, ddf.npartitions)
