@@ -152,18 +152,17 @@ class ProtectedNgrams:
         out = np.full(n_docs, -1, dtype=np.int32)
         if len(self.hashes) == 0 or n_docs == 0:
             return out
-        start, end, offsets = batch.spans(self.ngram_size, short=False)
-        if len(start) == 0:
+        h, offsets = batch.window_hashes(self.ngram_size, short=False)
+        if len(h) == 0:
             return out
-        h = span_hashes(batch.buf, start, end)
         lo = np.searchsorted(self.hashes, h, side="left")
         hi = np.searchsorted(self.hashes, h, side="right")
-        doc_of = np.repeat(np.arange(n_docs), np.diff(offsets))
-        for w in np.flatnonzero(hi > lo):
-            gram = batch.buf[start[w] : end[w]]
+        for w in np.flatnonzero(hi > lo):  # hash hits only: rare, so a Python loop is fine
+            d = int(np.searchsorted(offsets, w, side="right")) - 1
+            first_word = batch.word_offsets[d] + (w - offsets[d])
+            gram = batch.buf[batch.word_start[first_word] : batch.word_end[first_word + self.ngram_size - 1]]
             for k in range(lo[w], hi[w]):
                 if np.array_equal(gram, self.blob[self.offsets[k] : self.offsets[k + 1]]):
-                    d = doc_of[w]
                     src = self.source[k]
                     if out[d] < 0 or src < out[d]:
                         out[d] = src

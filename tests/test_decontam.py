@@ -8,8 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dedup import Doc, ProtectedNgrams, contaminated, decontaminate, protected_ngrams
+from dedup.text import word_ngrams
 
 PROTECTED = "Tom found a shiny red shell by the river and carried it home to show his sister."
 
@@ -112,3 +115,32 @@ def test_first_hit_names_the_first_file(tmp_path: Path) -> None:
 
     assert prot.first_hit(encode_batch([PROTECTED, "clean", None])).tolist() == [1, -1, -1]
     assert prot.gram_counts() == [2, 5]
+
+
+VOCAB = ["tom", "found", "a", "shiny", "red", "shell", "by", "the", "river", "and", "Carried", "it", "home!"]
+
+
+words = st.lists(st.sampled_from(VOCAB), max_size=20).map(" ".join)
+QUOTE = st.sampled_from(["", "Tom FOUND a shiny, red shell by the river and carried it home",
+                         "found a shiny red shell by the river and carried it home tom"])
+text_with_maybe_a_quote = st.tuples(words, QUOTE, words).map(" ".join)
+
+
+@given(st.lists(text_with_maybe_a_quote, max_size=6))
+def test_batch_flags_equal_the_reference_rule(texts: list[str]) -> None:
+    """Any text holding a protected 13-gram is flagged, whatever its case and punctuation, in any batch."""
+    protected = "tom found a shiny red shell by the river and carried it home tom found a"
+    grams = word_ngrams(protected, 13)
+    prot = _protected_from_grams(protected)
+    expected = [contaminated(t, grams) for t in texts]
+    assert prot.flags(texts).tolist() == expected
+    assert all(expected[i] for i, t in enumerate(texts) if "shiny, red shell" in t or "home tom" in t)
+
+
+def _protected_from_grams(text: str) -> ProtectedNgrams:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "p.txt"
+        path.write_text(text)
+        return ProtectedNgrams.from_paths([path])
