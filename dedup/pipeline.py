@@ -119,11 +119,14 @@ def _edges_to_confirm(edges: pd.DataFrame) -> tuple[NDArray[np.int64], NDArray[n
     return same[:, 0], same[:, 1], cand[:, 0], cand[:, 1]
 
 
-def _check_unique_keys(feat: dd.DataFrame, id_column: str, files: Sequence[str] = ()) -> None:
-    """Raise, naming ids and where they occur, if an id repeats (or two ids share a 64-bit key)."""
+def _repeated_keys(feat: dd.DataFrame) -> dd.DataFrame:
+    """Lazily: the (doc, _id) rows whose doc key occurs more than once."""
     keys = feat[["doc", "_id"]]
-    dup = keys.shuffle(on="doc").map_partitions(lambda d: d[d["doc"].duplicated(keep=False)], meta=keys._meta)
-    (found,) = _compute(dup)
+    return keys.shuffle(on="doc").map_partitions(lambda d: d[d["doc"].duplicated(keep=False)], meta=keys._meta)
+
+
+def _check_unique_keys(found: pd.DataFrame, id_column: str, files: Sequence[str] = ()) -> None:
+    """Raise, naming ids and where they occur, if an id repeats (or two ids share a 64-bit key)."""
     if found.empty:
         return
     per_key = found.assign(_id=found["_id"].astype(str)).groupby("doc")["_id"].nunique()
@@ -139,15 +142,21 @@ def _check_unique_keys(feat: dd.DataFrame, id_column: str, files: Sequence[str] 
 
 
 def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
-                  max_bucket: int, npartitions: int | None, report: Report) -> tuple[NDArray[np.int64], NDArray[np.object_]]:
-    """(doc keys, root ids) of every document in a cluster of two or more."""
+                  max_bucket: int, npartitions: int | None, report: Report,
+                  files: Sequence[str] = ()) -> tuple[NDArray[np.int64], NDArray[np.object_]]:
+    """(doc keys, root ids) of every document in a cluster of two or more.
+
+    The unique-id check runs in the same computation as the buckets (two shuffles at once) and
+    raises before anything is written.
+    """
     with _Stage(report, "buckets") as stage:
         long = feat.map_partitions(frames.long_form, params, meta=frames.LONG_META)
         k = npartitions or max(1, long.npartitions)
         buckets = long.shuffle(on=["band", "key"], npartitions=k)
         edges = buckets.map_partitions(frames.bucket_edges, max_bucket, meta=frames.EDGE_META)
         local = feat.map_partitions(frames.same_text_edges, meta=frames.EDGE_META[["left", "right"]])
-        edge_df, local_df = _compute(edges, local)
+        edge_df, local_df, repeated = _compute(edges, local, _repeated_keys(feat))
+        _check_unique_keys(repeated, id_column, files)
         local_df = local_df.assign(kind=np.uint8(frames.KIND_SAME_TEXT), band=np.uint8(0))
         all_edges = pd.concat([edge_df, local_df], ignore_index=True)
         approx = edge_df[edge_df["kind"] == frames.KIND_APPROX]
@@ -265,11 +274,12 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
         (vc,) = _compute(by_file)
         totals = vc.groupby(level=0).sum() if len(vc) else vc
         report.contaminated_by_file = {name: int(totals.get(i, 0)) for i, name in enumerate(protected.files)}
-    _check_unique_keys(feat, id_column, files)
     if near:
         members, roots = cluster_table(ddf, feat, id_column=id_column, text_column=text_column, params=params,
-                                       max_bucket=max_bucket, npartitions=npartitions, report=report)
+                                       max_bucket=max_bucket, npartitions=npartitions, report=report, files=files)
     else:
+        (repeated,) = _compute(_repeated_keys(feat))
+        _check_unique_keys(repeated, id_column, files)
         members, roots = np.zeros(0, np.int64), np.zeros(0, object)
     members_f, roots_f = _shared(members), _shared(roots)
     meta = ddf._meta.assign(minhash_cluster=pd.Series(dtype="string")) if near else ddf._meta
