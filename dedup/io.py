@@ -66,10 +66,26 @@ def read_schema(path: str) -> pa.Schema:
                          "Remove it from the input or repair it.") from None
 
 
+def _schema_or_error(path: str) -> pa.Schema | Exception:
+    try:
+        return read_schema(path)
+    except ValueError as exc:
+        return exc
+
+
 def check_inputs(files: Sequence[str], id_column: str, text_column: str) -> None:
-    """Every file is Parquet and has the id and text columns with usable types; errors name the file."""
-    for f in files:
-        schema = read_schema(f)
+    """Every file is Parquet and has the id and text columns with usable types; errors name the file.
+
+    Footers are read by a small thread pool (object stores answer slowly, one at a time); the
+    first bad file in sorted order is the one reported.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(files)))) as pool:
+        schemas = list(pool.map(_schema_or_error, files))
+    for f, schema in zip(files, schemas):
+        if isinstance(schema, Exception):
+            raise schema
         for role, name in (("id", id_column), ("text", text_column)):
             if name not in schema.names:
                 raise ValueError(f"{f}: the {role} column {name!r} is missing; columns found: {schema.names}. "

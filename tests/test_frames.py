@@ -45,3 +45,11 @@ def test_doc_keys_are_stable_and_keep_integers() -> None:
     a = frames.doc_keys(pd.Series(["x", "y"], dtype="string"))
     b = frames.doc_keys(pd.Series(["x", "y"], dtype=object))
     assert a.tolist() == b.tolist() and a[0] != a[1]
+
+
+def test_texts_of_rejects_values_that_are_not_text() -> None:
+    import pytest
+
+    assert frames.texts_of(pd.Series(["a", None, float("nan"), pd.NA], dtype=object, name="body")) == ["a", None, None, None]
+    with pytest.raises(ValueError, match=r"The text column 'body' holds a bytes value \(b'xy'\)"):
+        frames.texts_of(pd.Series(["a", b"xy"], dtype=object, name="body"))
