@@ -137,7 +137,7 @@ class LSH:
         self.num_bands = num_bands
         self.rows_per_band = rows_per_band
         self.num_perm = num_perm
-        self._buckets: dict[tuple[int, bytes], list[Hashable]] = defaultdict(list)
+        self._buckets: dict[tuple[int, bytes], list[Any]] = defaultdict(list)
         self._keys: set[Hashable] = set()
 
     @property
