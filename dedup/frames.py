@@ -168,7 +168,8 @@ def bucket_edges(long: pd.DataFrame, max_bucket: int) -> pd.DataFrame:
 
     Same-text members of a bucket collapse to their smallest key (KIND_SAME_TEXT edges); the
     distinct texts of a bucket are paired all against all (KIND_CANDIDATE) when there are at
-    most `max_bucket` of them, otherwise joined by star edges to the smallest (KIND_APPROX).
+    most `max_bucket` of them, otherwise joined by star edges from the smallest key (KIND_APPROX),
+    so (band, left) of those edges names the bucket.
     """
     if long.empty:
         return EDGE_META.copy()
@@ -193,20 +194,28 @@ def bucket_edges(long: pd.DataFrame, max_bucket: int) -> pd.DataFrame:
     _, starts, sizes = np.unique(rep_bucket, return_index=True, return_counts=True)
     small = (sizes > 1) & (sizes <= max_bucket)
     li, ri = _pairs_within(starts[small].astype(np.int64), sizes[small].astype(np.int64))
-    big = sizes > max_bucket
-    big_starts, big_sizes = starts[big], sizes[big]
-    star_l = np.repeat(big_starts, big_sizes - 1)
-    star_r = np.arange(big_sizes.sum() - len(big_sizes)) - np.repeat(np.cumsum(big_sizes - 1) - (big_sizes - 1), big_sizes - 1)
-    star_r = star_r + star_l + 1
     rep_doc, rep_band = doc[rep_pos], band[rep_pos]
-    left = np.concatenate([same_l, rep_doc[li], rep_doc[star_l]])
-    right = np.concatenate([same_r, rep_doc[ri], rep_doc[star_r]])
+    # buckets too large for all pairs: star edges from the smallest key to every other member
+    big = sizes > max_bucket
+    big_sizes = sizes[big].astype(np.int64)
+    big_first = np.cumsum(big_sizes) - big_sizes
+    big_pos = np.repeat(starts[big], big_sizes) + (np.arange(big_sizes.sum()) - np.repeat(big_first, big_sizes))
+    if len(big_pos):
+        center = np.minimum.reduceat(rep_doc[big_pos], big_first)
+        star_l = np.repeat(center, big_sizes)
+        not_center = rep_doc[big_pos] != star_l
+        star_l, star_r, star_band = star_l[not_center], rep_doc[big_pos][not_center], rep_band[big_pos][not_center]
+    else:
+        star_l = star_r = np.zeros(0, np.int64)
+        star_band = np.zeros(0, np.uint8)
+    left = np.concatenate([same_l, rep_doc[li], star_l])
+    right = np.concatenate([same_r, rep_doc[ri], star_r])
     kind = np.concatenate([
         np.full(len(same_l), KIND_SAME_TEXT, np.uint8),
         np.full(len(li), KIND_CANDIDATE, np.uint8),
         np.full(len(star_l), KIND_APPROX, np.uint8),
     ])
-    bands = np.concatenate([band[dup], rep_band[li], rep_band[star_l]]).astype(np.uint8)
+    bands = np.concatenate([band[dup], rep_band[li], star_band]).astype(np.uint8)
     lo, hi = np.minimum(left, right), np.maximum(left, right)
     return pd.DataFrame({"left": lo, "right": hi, "kind": kind, "band": bands})
 

@@ -53,3 +53,11 @@ def test_texts_of_rejects_values_that_are_not_text() -> None:
     assert frames.texts_of(pd.Series(["a", None, float("nan"), pd.NA], dtype=object, name="body")) == ["a", None, None, None]
     with pytest.raises(ValueError, match=r"The text column 'body' holds a bytes value \(b'xy'\)"):
         frames.texts_of(pd.Series(["a", b"xy"], dtype=object, name="body"))
+
+
+def test_large_bucket_star_starts_at_the_smallest_key() -> None:
+    """Texts hashing low but with large doc keys: the star still starts from the smallest key."""
+    rows = [(0, 7, 50, 1), (0, 7, 40, 2), (0, 7, 10, 3), (0, 7, 30, 4)]
+    e = frames.bucket_edges(_long(rows), max_bucket=2)
+    assert sorted(zip(e["left"].tolist(), e["right"].tolist())) == [(10, 30), (10, 40), (10, 50)]
+    assert set(e["kind"].tolist()) == {KIND_APPROX}
