@@ -44,10 +44,13 @@ def doc_keys(ids: pd.Series) -> NDArray[np.int64]:
 
 def texts_of(column: pd.Series) -> list[str | None]:
     """A text column as Python strings, missing values as None; any other value is an error."""
-    values = column.tolist()
-    out: list[str | None] = [t if isinstance(t, str) else None for t in values]
-    for t, o in zip(values, out):
-        if o is None and not (t is None or t is pd.NA or (isinstance(t, float) and t != t)):
+    out: list[str | None] = []
+    for t in column.tolist():
+        if isinstance(t, str):
+            out.append(t)
+        elif t is None or t is pd.NA or (isinstance(t, float) and t != t):
+            out.append(None)
+        else:
             raise ValueError(f"The text column {column.name!r} holds a {type(t).__name__} value ({t!r:.60}); "
                              "it must hold strings or nulls.")
     return out
