@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from dedup.config import CONFIRM_MODES, Params
+from dedup.safety import UsageError
 
 log = logging.getLogger("dedup")
 P = Params()
@@ -111,20 +113,42 @@ def _setup_logging(verbose: bool) -> None:
             logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def _job(args: argparse.Namespace) -> dict[str, Any]:
-    from dedup import pipeline
-    from dedup.runtime import dask_client
+def _check_runtime(args: argparse.Namespace) -> None:
+    """Cluster options that would hang or fail late, refused before anything starts."""
+    if args.scheduler and args.scheduler_file:
+        raise UsageError("Give either --scheduler or --scheduler-file, not both.")
+    if args.scheduler_file and not Path(args.scheduler_file).is_file():
+        raise UsageError(f"--scheduler-file {args.scheduler_file!r} does not exist; start the scheduler with "
+                         "`dask scheduler --scheduler-file FILE` first, or give --scheduler ADDRESS.")
+    if args.n_workers is not None and args.n_workers < 1:
+        raise UsageError(f"--n-workers must be an integer >= 1. Got {args.n_workers} instead.")
 
+
+def _prepare(args: argparse.Namespace) -> Any:
+    """Everything that can be checked without a cluster: parameters, paths, inputs, protected files."""
+    from dedup import pipeline
+
+    _check_runtime(args)
     params = _params(args)
     near = args.command in ("run", "near")
     protected = getattr(args, "protected", [])
     if args.command == "decontaminate" and not protected:
-        raise ValueError("`dedup decontaminate` needs at least one --protected FILE.")
-    with dask_client(args.scheduler, args.scheduler_file, args.n_workers):
-        return pipeline.run(args.input, args.output, protected=protected, near=near, id_column=args.id_column,
+        raise UsageError("`dedup decontaminate` needs at least one --protected FILE.")
+    return pipeline.prepare(args.input, args.output, protected=protected, near=near, id_column=args.id_column,
                             text_column=args.text_column, params=params,
                             drop=not getattr(args, "keep_duplicates", False), overwrite=args.overwrite,
                             max_bucket=getattr(args, "max_bucket", 256), features_on_disk=args.features_on_disk)
+
+
+def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
+    from dedup import pipeline
+    from dedup.runtime import dask_client
+
+    try:
+        with dask_client(args.scheduler, args.scheduler_file, args.n_workers):
+            return pipeline.execute(plan)
+    finally:
+        plan.close()
 
 
 def _summary(m: dict[str, Any]) -> str:
@@ -185,27 +209,43 @@ def _demo(args: argparse.Namespace) -> dict[str, Any]:
     return manifest
 
 
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 done, 1 the run failed, 2 bad usage (arguments, paths, input), 130 interrupted
+    before OUTPUT was replaced (OUTPUT as it was)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # Kubernetes stops pods with SIGTERM
+    stage = "usage"
+    plan = None
     try:
         if args.command == "tune":
             _tune(args)
             return 0
         if args.command == "demo":
+            stage = "run"
             _demo(args)
             return 0
         start = time.perf_counter()
-        manifest = _job(args)
+        plan = _prepare(args)
+        stage = "run"
+        manifest = _execute(args, plan)
         print(_summary(manifest))
         log.debug("finished in %.1f s", time.perf_counter() - start)
         return 0
     except KeyboardInterrupt:
+        if plan is not None and plan.staging.committed:
+            print(f"dedup: interrupted after OUTPUT was replaced; {args.output} holds the complete new output",
+                  file=sys.stderr)
+            return 0
         print("dedup: interrupted; OUTPUT was left as it was", file=sys.stderr)
         return 130
     except Exception as exc:
         if args.verbose:
             raise
         print(f"dedup: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if stage == "usage" or isinstance(exc, UsageError) else 1

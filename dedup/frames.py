@@ -232,15 +232,16 @@ def select_docs(feat: pd.DataFrame, wanted: NDArray[np.int64], columns: list[str
     return feat.loc[hit, columns].reset_index(drop=True)
 
 
-def attach_roots(part: pd.DataFrame, feat: pd.DataFrame, id_column: str, members: NDArray[np.int64],
-                 roots: NDArray[np.object_], drop: bool, tag: bool = True) -> pd.DataFrame:
-    """Add `minhash_cluster` (root id as a string) and drop contaminated rows (and non-roots if drop).
+def row_decisions(feat: pd.DataFrame, members: NDArray[np.int64], roots: NDArray[Any],
+                  drop: bool) -> tuple[NDArray[np.bool_], NDArray[Any]]:
+    """Per row of a features partition: keep it?, and its cluster root id (its own id when alone).
 
-    With tag=False (decontamination only) no column is added.
-    members: sorted int64 doc keys of documents in a cluster; roots: their root ids.
+    members: sorted int64 doc keys of documents in a cluster of two or more; roots: their root
+    ids (int64 for integer ids, str otherwise). Contaminated rows are never kept; with drop,
+    only roots are.
     """
     doc = feat["doc"].to_numpy(dtype=np.int64)
-    own = part[id_column].astype(str).to_numpy(dtype=object)
+    own = feat["_id"].to_numpy(dtype=np.int64 if pd.api.types.is_integer_dtype(feat["_id"].dtype) else object)
     cluster = own.copy()
     if len(members):
         pos = np.searchsorted(members, doc)
@@ -250,8 +251,16 @@ def attach_roots(part: pd.DataFrame, feat: pd.DataFrame, id_column: str, members
     keep = feat["source"].to_numpy() < 0
     if drop:
         keep &= cluster == own
+    return keep, cluster
+
+
+def attach_roots(part: pd.DataFrame, feat: pd.DataFrame, id_column: str, members: NDArray[np.int64],
+                 roots: NDArray[Any], drop: bool, tag: bool = True) -> pd.DataFrame:
+    """Add `minhash_cluster` (the root id, typed like the id column) and drop contaminated rows
+    (and non-roots if drop). With tag=False (decontamination only) no column is added."""
+    keep, cluster = row_decisions(feat, members, roots, drop)
     if not tag:
         return part[keep]
     out = part.copy()
-    out["minhash_cluster"] = pd.array(cluster, dtype="string")
+    out["minhash_cluster"] = pd.array(cluster, dtype=part[id_column].dtype)
     return out[keep]

@@ -18,12 +18,16 @@ import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup import frames, io
+from dedup import shards as shards_mod
 from dedup.config import Params
 from dedup.decontam import PathLike, ProtectedNgrams
 from dedup.near import confirm_pairs
+from dedup.safety import MANIFEST, UsageError, check_output, expand_protected, input_places
+from dedup.staging import Staging, deferred_interrupts
 from dedup.unionfind import components
 
 log = logging.getLogger("dedup")
@@ -39,6 +43,7 @@ class Report:
     input_rows: int = 0
     contaminated: int = 0
     contaminated_by_file: dict[str, int] = field(default_factory=dict)
+    contaminated_by_record: list[dict[str, Any]] = field(default_factory=list)
     near_duplicates: int = 0
     clusters: int = 0
     largest_cluster: int = 0
@@ -198,7 +203,7 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
         ids = table["_id"].to_numpy()[np.searchsorted(keys, members)]
         frame = pd.DataFrame({"root": root_keys, "id": ids})
         if pd.api.types.is_integer_dtype(frame["id"].dtype):
-            root_id = frame.groupby("root")["id"].transform("min").astype(str)
+            root_id = frame.groupby("root")["id"].transform("min")
         else:
             root_id = frame.assign(id=frame["id"].astype(str)).groupby("root")["id"].transform("min")
         sizes = frame.groupby("root").size()
@@ -207,7 +212,7 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
         report.near_duplicates = int(len(members) - len(sizes))
         stage.summary = (f"{report.clusters} clusters, largest {report.largest_cluster}, "
                          f"{report.near_duplicates} near duplicates")
-    return members, root_id.to_numpy(dtype=object)
+    return members, root_id.to_numpy()
 
 
 def _features(ddf: dd.DataFrame, id_column: str, text_column: str, params: Params,
@@ -240,19 +245,14 @@ def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
     return dd.from_map(pd.read_parquet, paths, meta=feat._meta, enforce_metadata=False)
 
 
-def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
-            id_column: str = "id", text_column: str = "text", params: Params | None = None, drop: bool = True,
-            max_bucket: int = DEFAULT_MAX_BUCKET, npartitions: int | None = None,
-            report: Report | None = None, files: Sequence[str] = (), features_dir: str | None = None) -> dd.DataFrame:
-    """Decontaminate (if `protected`), then near-dedup (if `near`); a lazy frame with `minhash_cluster`.
+def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool, id_column: str, text_column: str,
+            params: Params, max_bucket: int = DEFAULT_MAX_BUCKET, npartitions: int | None = None,
+            report: Report, files: Sequence[str] = (),
+            features_dir: str | None = None) -> tuple[dd.DataFrame, NDArray[np.int64], NDArray[Any]]:
+    """The decisions of a job: persisted features, and (doc keys, root ids) of every clustered document.
 
-    Runs the clustering eagerly (it needs every document) and returns the final frame lazily,
-    with the input's partitions and row order. Signatures are kept in worker memory (about
-    4 * num_perm bytes a document) unless `features_dir` names a directory to write them to.
+    Features hold, per row and in input order, the doc key, the id and the contamination source.
     """
-    params = params or Params()
-    report = report if report is not None else Report()
-    _check_columns(ddf, id_column, text_column)
     with _Stage(report, "features") as stage:
         feat = _materialise(_features(ddf, id_column, text_column, params, protected), features_dir)
         counts = feat.map_partitions(
@@ -281,8 +281,28 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
         (repeated,) = _compute(_repeated_keys(feat))
         _check_unique_keys(repeated, id_column, files)
         members, roots = np.zeros(0, np.int64), np.zeros(0, object)
+    return feat, members, roots
+
+
+def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
+            id_column: str = "id", text_column: str = "text", params: Params | None = None, drop: bool = True,
+            max_bucket: int = DEFAULT_MAX_BUCKET, npartitions: int | None = None,
+            report: Report | None = None, files: Sequence[str] = (), features_dir: str | None = None) -> dd.DataFrame:
+    """Decontaminate (if `protected`), then near-dedup (if `near`); a lazy frame with `minhash_cluster`.
+
+    Runs the clustering eagerly (it needs every document) and returns the final frame lazily,
+    with the input's partitions and row order; `minhash_cluster` has the id column's dtype.
+    Signatures are kept in worker memory (about 4 * num_perm bytes a document) unless
+    `features_dir` names a directory to write them to.
+    """
+    params = params or Params()
+    report = report if report is not None else Report()
+    _check_columns(ddf, id_column, text_column)
+    feat, members, roots = analyse(ddf, protected=protected, near=near, id_column=id_column, text_column=text_column,
+                                   params=params, max_bucket=max_bucket, npartitions=npartitions, report=report,
+                                   files=files, features_dir=features_dir)
     members_f, roots_f = _shared(members), _shared(roots)
-    meta = ddf._meta.assign(minhash_cluster=pd.Series(dtype="string")) if near else ddf._meta
+    meta = ddf._meta.assign(minhash_cluster=pd.Series(dtype=ddf._meta[id_column].dtype)) if near else ddf._meta
     return dd.map_partitions(frames.attach_roots, ddf, feat, id_column, members_f, roots_f, drop and near, near,
                              meta=meta, align_dataframes=False)
 
@@ -338,80 +358,204 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
-        text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
-        max_bucket: int = DEFAULT_MAX_BUCKET, retries: int = 2, features_on_disk: bool = False) -> dict[str, Any]:
-    """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
+@dataclass
+class Plan:
+    """A validated job: inputs read to their footers, OUTPUT checked and locked, protected n-grams built.
 
-    Runs on the active distributed client (or the local scheduler without one). OUTPUT gets
-    one Parquet shard per input partition plus `_dedup.json`, the manifest, which is returned.
-    With `features_on_disk`, signatures go to a Parquet directory inside the staging area
-    (removed with it) instead of worker memory: for corpora larger than the cluster's memory.
+    Made by `prepare` before any cluster starts, so every usage error surfaces in seconds;
+    `execute` runs it on the active client. `close` releases OUTPUT's lock (execute does).
     """
+
+    input: str
+    output: str
+    shards: list[shards_mod.Shard]
+    schema: pa.Schema
+    groups: list[list[int]]
+    protected: ProtectedNgrams | None
+    params: Params
+    near: bool
+    drop: bool
+    id_column: str
+    text_column: str
+    max_bucket: int
+    retries: int
+    features_on_disk: bool
+    staging: Staging
+    report: Report
+    start: float
+
+    def close(self) -> None:
+        self.staging.close()
+
+
+def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
+            text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
+            max_bucket: int = DEFAULT_MAX_BUCKET, retries: int = 2, features_on_disk: bool = False,
+            partition_rows: int = shards_mod.PARTITION_ROWS) -> Plan:
+    """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right."""
+    start = time.perf_counter()
     params = params or Params()
     report = Report()
-    start = time.perf_counter()
-    files = io.input_files(input)
-    io.check_output([input], output, overwrite)
-    io.check_inputs(files, id_column, text_column)
+    if isinstance(max_bucket, bool) or not isinstance(max_bucket, int) or max_bucket < 2:
+        raise UsageError(f"The 'max_bucket' parameter must be an integer >= 2. Got {max_bucket!r} instead.")
+    if isinstance(partition_rows, bool) or not isinstance(partition_rows, int) or partition_rows < 1:
+        raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {partition_rows!r} instead.")
+    files = shards_mod.discover(input)
+    prot_paths = expand_protected([str(p) for p in protected])
+    check_output(output, inputs=input_places(input, files), protected=prot_paths, overwrite=overwrite)
+    found = shards_mod.read_footers(files)
+    schema = shards_mod.unify(found)
+    shards_mod.check_columns(found, schema, id_column, text_column)
     prot = None
-    if protected:
+    if prot_paths:
         with _Stage(report, "protected") as stage:
-            prot = ProtectedNgrams.from_paths(list(protected), params.ngram_size)
+            prot = ProtectedNgrams.from_paths(prot_paths, params.ngram_size)
             report.contaminated_by_file = dict.fromkeys(prot.files, 0)
             for name, count in zip(prot.files, prot.gram_counts()):
                 if count == 0:
                     log.warning("protected file %s holds no %d-gram: it protects nothing", name, params.ngram_size)
             stage.summary = f"{len(prot)} distinct {params.ngram_size}-grams from {len(prot.files)} file(s)"
-    staging = io.Staging(output)
+    staging = Staging(output)
+    groups = shards_mod.partitions(found, rows=partition_rows)
+    return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, max_bucket,
+                retries, features_on_disk, staging, report, start)
+
+
+def _read_group(group: list[shards_mod.Shard], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
+    return shards_mod.read_features_input(group, id_column, text_column, id_type)
+
+
+def _write_group(feat: pd.DataFrame, layout: tuple[list[list[shards_mod.Shard]], pa.Schema], id_column: str,
+                 members: NDArray[np.int64], roots: NDArray[Any], drop: bool, tag: bool, staging_url: str,
+                 partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Write the output shards of one partition: each input file filtered, tagged, under its own name."""
+    import fsspec
+
+    assert partition_info is not None
+    groups, schema = layout
+    group = groups[partition_info["number"]]
+    keep, cluster = frames.row_decisions(feat, members, roots, drop)
+    fs, root = fsspec.core.url_to_fs(staging_url)
+    cluster_field = pa.field(shards_mod.CLUSTER_COLUMN, cluster_type(schema, id_column), nullable=False)
+    offset = written = 0
+    for s in group:
+        table = shards_mod.conform(shards_mod.read_table(s.path), schema)
+        n = table.num_rows
+        if offset + n > len(feat):
+            raise RuntimeError(f"{s.path} has more rows than its features; was it changed during the run?")
+        k = keep[offset:offset + n]
+        table = table.filter(pa.array(k, type=pa.bool_()))
+        if tag:
+            table = table.append_column(cluster_field, pa.array(cluster[offset:offset + n][k], type=cluster_field.type))
+        shards_mod.write_shard(table, fs, f"{root}/{s.name}")
+        offset += n
+        written += table.num_rows
+    if offset != len(feat):
+        raise RuntimeError(f"Input files {[s.path for s in group]} changed during the run (row counts differ).")
+    return pd.DataFrame({"rows": [written]})
+
+
+def cluster_type(schema: pa.Schema, id_column: str) -> pa.DataType:
+    """The type of `minhash_cluster`: the id column's (its value type when dictionary-encoded)."""
+    t = schema.field(id_column).type
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+def execute(plan: Plan) -> dict[str, Any]:
+    """Run a prepared job on the active client (or the local scheduler) and commit OUTPUT; the manifest."""
+    report, params, staging = plan.report, plan.params, plan.staging
     try:
-        if files:
-            ddf = dd.read_parquet(files)
+        if plan.shards:
+            groups = [[plan.shards[i] for i in g] for g in plan.groups]
+            id_type = plan.schema.field(plan.id_column).type
+            is_int = pa.types.is_integer(id_type)
+            meta = pd.DataFrame({plan.id_column: pd.Series(dtype=np.int64 if is_int else object),
+                                 plan.text_column: pd.Series(dtype=object)})
+            ddf = dd.from_map(_read_group, groups, id_column=plan.id_column, text_column=plan.text_column,
+                              id_type=id_type, meta=meta, enforce_metadata=False, label="read-shards")
             try:
-                result = process(ddf, protected=prot, near=near, id_column=id_column, text_column=text_column,
-                                 params=params, drop=drop, max_bucket=max_bucket, report=report, files=files,
-                                 features_dir=staging.url + "/_features" if features_on_disk else None)
+                feat, members, roots = analyse(
+                    ddf, protected=plan.protected, near=plan.near, id_column=plan.id_column,
+                    text_column=plan.text_column, params=params, max_bucket=plan.max_bucket, report=report,
+                    files=[s.path for s in plan.shards],
+                    features_dir=staging.url + "/_features" if plan.features_on_disk else None)
                 with _Stage(report, "write") as stage:
-                    n = result.npartitions
-                    write = result.to_parquet(staging.url, write_index=False, compute=False,
-                                              name_function=lambda i: f"part-{i:05d}-of-{n:05d}.parquet")
-                    _compute(write, retries=retries)
-                    stage.summary = f"{n} Parquet shards to the staging directory"
+                    shared = _shared((groups, plan.schema))
+                    writes = feat[["doc", "source", "_id"]].map_partitions(
+                        _write_group, shared, plan.id_column, _shared(members), _shared(roots), plan.drop and plan.near, plan.near,
+                        staging.url, meta={"rows": "int64"})
+                    _compute(writes, retries=plan.retries)
+                    stage.summary = f"{len(plan.shards)} Parquet shards to the staging directory"
                 staging.remove("_features")
             except Exception as exc:
-                _explain_killed_worker(exc, files, ddf.npartitions)
+                _explain_killed_worker(exc, [s.path for s in plan.shards], ddf.npartitions)
                 raise
         else:
-            log.warning("input %s holds no files: writing an empty output", input)
-            staging.write_empty(id_column, text_column, near)
+            log.warning("input %s holds no files: writing an empty output", plan.input)
         output_rows = io.parquet_rows(staging.fs, staging.tmp)
-        dropped_near = report.near_duplicates if (near and drop) else 0
+        dropped_near = report.near_duplicates if (plan.near and plan.drop) else 0
         expected = report.input_rows - report.contaminated - dropped_near
         if output_rows != expected:
             raise RuntimeError(f"Accounting mismatch: wrote {output_rows} rows, expected {expected} "
                                f"({report.input_rows} in - {report.contaminated} contaminated - {dropped_near} "
                                "near duplicates). Nothing was replaced; please report this as a bug.")
-        report.seconds["total"] = round(time.perf_counter() - start, 3)
+        report.seconds["total"] = round(time.perf_counter() - plan.start, 3)
+        prot = plan.protected
         manifest = {
-            "input": input, "input_files": len(files), "output": output,
+            "tool": "dedup", "input": plan.input, "input_files": len(plan.shards), "output": plan.output,
+            "partitions": len(plan.groups),
             "input_rows": report.input_rows, "output_rows": output_rows,
             "near_duplicates_dropped": dropped_near, "near_duplicates_found": report.near_duplicates,
             "contaminated_dropped": report.contaminated, "contaminated_by_file": report.contaminated_by_file,
+            "contaminated_by_record": report.contaminated_by_record,
             "clusters": report.clusters, "largest_cluster": report.largest_cluster,
             "candidate_pairs": report.candidate_pairs, "confirmed_pairs": report.confirmed_pairs,
             "same_text_pairs": report.same_text_pairs,
             "approximated_buckets": report.approximated_buckets,
             "largest_approximated_bucket": report.largest_approximated_bucket,
-            "max_bucket": max_bucket, "near_dedup": near, "drop_duplicates": drop, "features_on_disk": features_on_disk,
-            "id_column": id_column, "text_column": text_column,
+            "max_bucket": plan.max_bucket, "near_dedup": plan.near, "drop_duplicates": plan.drop,
+            "features_on_disk": plan.features_on_disk,
+            "id_column": plan.id_column, "text_column": plan.text_column,
             "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
             "protected_files": list(prot.files) if prot else [],
             "versions": _versions(), "seconds": report.seconds,
         }
-        staging.write_json("_dedup.json", manifest)
-        staging.commit()
+        staging.write_json(MANIFEST, manifest)  # written last: the manifest marks the output complete
+        with deferred_interrupts() as deferred:
+            try:
+                staging.commit()
+            except BaseException as exc:
+                if staging.remote and not staging.committed:
+                    raise RuntimeError(f"Publishing to {plan.output} failed midway ({exc}); OUTPUT has no {MANIFEST} and "
+                                       f"is incomplete. The complete new output is in {staging.url}.") from exc
+                raise
+            log.info("wrote %d of %d rows to %s in %.1f s", output_rows, report.input_rows, plan.output,
+                     report.seconds["total"])
+        if deferred.received:
+            log.warning("interrupt received after OUTPUT was replaced: %s holds the complete new output", plan.output)
     except BaseException:
-        staging.discard()
+        if not staging.committed and not staging.remote:
+            staging.discard()
+        elif not staging.committed and staging.remote and not staging.fs.exists(f"{staging.tmp}/{MANIFEST}"):
+            staging.discard()
         raise
-    log.info("wrote %d of %d rows to %s in %.1f s", output_rows, report.input_rows, output, report.seconds["total"])
+    finally:
+        plan.close()
     return manifest
+
+
+def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
+        text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
+        max_bucket: int = DEFAULT_MAX_BUCKET, retries: int = 2, features_on_disk: bool = False,
+        partition_rows: int = shards_mod.PARTITION_ROWS) -> dict[str, Any]:
+    """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
+
+    Runs on the active distributed client (or the local scheduler without one). OUTPUT mirrors
+    the input files (same relative names, same schema plus `minhash_cluster`) and holds
+    `_dedup.json`, the manifest, which is returned and which marks OUTPUT complete.
+    `partition_rows` bounds how many rows of small consecutive shards are read as one partition.
+    """
+    plan = prepare(input, output, protected=protected, near=near, id_column=id_column, text_column=text_column,
+                   params=params, drop=drop, overwrite=overwrite, max_bucket=max_bucket, retries=retries,
+                   features_on_disk=features_on_disk, partition_rows=partition_rows)
+    return execute(plan)

@@ -48,17 +48,18 @@ def test_same_assignments_for_any_partitioning_order_and_cluster(client, tmp_pat
     from distributed import Client, LocalCluster
 
     outputs = []
-    for shards in (1, 3, 7):
-        src = write_shards(corpus_frame, tmp_path / f"in{shards}", shards)
-        run(str(src), str(tmp_path / f"out{shards}"), drop=False)
-        outputs.append(_assignments(tmp_path / f"out{shards}"))
+    for shards, rows in ((1, 10**6), (3, 10**6), (7, 200), (7, 1)):
+        src = write_shards(corpus_frame, tmp_path / f"in{shards}-{rows}", shards)
+        m = run(str(src), str(tmp_path / f"out{shards}-{rows}"), drop=False, partition_rows=rows)
+        assert m["partitions"] == {1: 1, 3: 1, 7: 7}[shards] if rows != 200 else 1 < m["partitions"] < 7
+        outputs.append(_assignments(tmp_path / f"out{shards}-{rows}"))
     shuffled = corpus_frame.sample(frac=1.0, random_state=3)
     src = write_shards(shuffled, tmp_path / "in-shuffled", 4)
     run(str(src), str(tmp_path / "out-shuffled"), drop=False)
     outputs.append(_assignments(tmp_path / "out-shuffled"))
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as lc, \
             Client(lc) as threads_client, threads_client.as_current():
-        run(str(tmp_path / "in3"), str(tmp_path / "out-threads"), drop=False)
+        run(str(tmp_path / "in3-1000000"), str(tmp_path / "out-threads"), drop=False)
     outputs.append(_assignments(tmp_path / "out-threads"))
     assert all(o == outputs[0] for o in outputs)
     assert outputs[0].count(b"\n") == len(corpus_frame) + 1
@@ -98,7 +99,8 @@ def test_integer_ids_use_numeric_order(client, tmp_path: Path) -> None:
     write_shards(frame, tmp_path / "in", 1)
     run(str(tmp_path / "in"), str(tmp_path / "out"), id_column="doc_no", text_column="body", drop=False)
     out = pd.read_parquet(tmp_path / "out")
-    assert out["minhash_cluster"].tolist() == ["9", "9", "100"]
+    assert out["minhash_cluster"].tolist() == [9, 9, 100]
+    assert out["minhash_cluster"].dtype == out["doc_no"].dtype == np.int64
 
 
 def test_boilerplate_collapses_and_large_buckets_are_reported(client, tmp_path: Path) -> None:
@@ -122,13 +124,18 @@ def test_refuses_non_empty_output_and_output_inside_input(client, tmp_path: Path
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("keep me")
-    with pytest.raises(FileExistsError, match="--overwrite"):
+    with pytest.raises(ValueError, match="--overwrite"):
         run(str(src), str(out))
+    with pytest.raises(ValueError, match="did not write"):
+        run(str(src), str(out), overwrite=True)
     assert (out / "old.txt").read_text() == "keep me"
     with pytest.raises(ValueError, match="inside the input"):
         run(str(src), str(src / "nested"))
+    (out / "old.txt").unlink()
+    run(str(src), str(out))
+    (out / "stray.txt").write_text("replaced with the output")
     run(str(src), str(out), overwrite=True)
-    assert not (out / "old.txt").exists() and (out / "_dedup.json").exists()
+    assert not (out / "stray.txt").exists() and (out / "_dedup.json").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
 
 

@@ -1,0 +1,299 @@
+"""Input shards through Arrow: discovery, footers, one unified schema, partitions, exact read and write.
+
+The corpus goes from input Parquet to output Parquet without a pandas round trip: each output
+shard is its input file read with pyarrow, cast to the unified schema, filtered, given the
+`minhash_cluster` column and written under the same relative path. So every type (nested,
+dictionary, decimal, timestamps with or without zone, null), every value (int64 beyond 2^53,
+NaN apart from null), nullability and metadata come back as they went in.
+Only the id and text columns are converted to pandas, for the features stage.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import posixpath
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dedup.safety import UsageError, is_url
+
+CLUSTER_COLUMN = "minhash_cluster"
+PARTITION_ROWS = 200_000
+"""Consecutive small shards are read together until a partition holds this many rows..."""
+PARTITION_BYTES = 256 * 2**20
+"""... or this many uncompressed bytes; a larger file is one partition of its own."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One input Parquet file: where it is, its output name, rows, uncompressed bytes and schema."""
+
+    path: str
+    name: str
+    rows: int
+    nbytes: int
+    schema: pa.Schema
+
+
+def discover(path: str) -> list[str]:
+    """The Parquet files of a file, a directory tree, a glob or a URL, sorted.
+
+    Names starting with `.` or `_` (in the file or any directory below INPUT) are skipped, as
+    Parquet readers do. Raises naming the path when nothing is there.
+    """
+    if is_url(path):
+        fs, root = fsspec.core.url_to_fs(path)
+        proto = path.split("://", 1)[0]
+        if fs.isdir(root):
+            found = [f for f in fs.find(root) if not any(p.startswith((".", "_")) for p in f[len(root):].split("/") if p)]
+        else:
+            found = fs.glob(root) if any(c in root for c in "*?[") else ([root] if fs.exists(root) else [])
+            if not found:
+                raise UsageError(f"No input files at {path!r}.")
+        return sorted(f"{proto}://{f}" for f in found)
+    if any(c in path for c in "*?["):
+        files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f))
+        if not files:
+            raise UsageError(f"No input files match {path!r}.")
+        return files
+    if os.path.isdir(path):
+        return sorted(
+            os.path.join(dirpath, name)
+            for dirpath, _dirs, names in os.walk(path, followlinks=True)
+            for name in names
+            if not name.startswith((".", "_")) and not any(part.startswith((".", "_")) for part in
+                                                           Path(os.path.relpath(dirpath, path)).parts)
+        )
+    if os.path.isfile(path):
+        return [path]
+    raise UsageError(f"Input {path!r} does not exist.")
+
+
+def output_names(files: Sequence[str]) -> list[str]:
+    """Each file's path relative to the deepest directory holding them all (its output name)."""
+    if not files:
+        return []
+    local = [f.split("://", 1)[-1] for f in files]
+    dirs = [posixpath.dirname(f.replace(os.sep, "/")) for f in local]
+    base = posixpath.commonpath(dirs) if all(d.startswith("/") for d in dirs) or not any(d.startswith("/") for d in dirs) \
+        else ""
+    names = [posixpath.relpath(f.replace(os.sep, "/"), base or ".") for f in local]
+    if len(set(names)) != len(names):
+        raise UsageError("Two input files would have the same output name; give INPUT as one directory.")
+    return names
+
+
+def _footer(path: str) -> tuple[int, int, pa.Schema] | Exception:
+    try:
+        with fsspec.open(path, "rb") as fh:
+            pf = pq.ParquetFile(fh)
+            md = pf.metadata
+            nbytes = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+            return md.num_rows, nbytes, pf.schema_arrow
+    except Exception as exc:  # pyarrow raises several types for bad files
+        return UsageError(f"Input file {path!r} is not a readable Parquet file ({type(exc).__name__}: {exc}). "
+                          "Remove it from the input or repair it.")
+
+
+def read_footers(files: Sequence[str]) -> list[Shard]:
+    """Every file's footer, read by a small thread pool; the first bad file in sorted order is reported."""
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(files)))) as pool:
+        footers = list(pool.map(_footer, files))
+    shards = []
+    for f, name, footer in zip(files, output_names(files), footers):
+        if isinstance(footer, Exception):
+            raise footer
+        shards.append(Shard(f, name, *footer))
+    return shards
+
+
+def _lossy(src: pa.DataType, dst: pa.DataType) -> bool:
+    """True when casting src to dst can change values (pyarrow's permissive promotion allows some)."""
+    if src.equals(dst) or pa.types.is_null(src):
+        return False
+    if pa.types.is_integer(src) and pa.types.is_floating(dst):
+        return True
+    if pa.types.is_integer(src) and pa.types.is_integer(dst):
+        ss, ds = pa.types.is_signed_integer(src), pa.types.is_signed_integer(dst)
+        if ss and not ds:
+            return True
+        return dst.bit_width < src.bit_width or (not ss and ds and dst.bit_width <= src.bit_width)
+    if pa.types.is_floating(src) and pa.types.is_floating(dst):
+        return dst.bit_width < src.bit_width
+    if (pa.types.is_list(src) or pa.types.is_large_list(src)) and (pa.types.is_list(dst) or pa.types.is_large_list(dst)):
+        return _lossy(src.value_type, dst.value_type)
+    if pa.types.is_struct(src) and pa.types.is_struct(dst):
+        return any(_lossy(src.field(i).type, dst.field(dst.get_field_index(src.field(i).name)).type)
+                   for i in range(src.num_fields))
+    return False
+
+
+def unify(shards: Sequence[Shard]) -> pa.Schema:
+    """One schema for every shard, as pyarrow unifies them (int32 -> int64, string -> large_string,
+    a column missing from a shard becomes nulls there); raises naming the column, both types and
+    both files when two shards cannot be reconciled without changing values."""
+    if not shards:
+        return pa.schema([])
+    try:
+        schema = pa.unify_schemas([s.schema for s in shards], promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        schema = None
+    for s in shards:
+        for f in s.schema:
+            if schema is None or _lossy(f.type, schema.field(f.name).type):
+                _explain_conflict(shards, f.name)
+    assert schema is not None
+    fields = []
+    for f in schema:
+        missing = any(f.name not in s.schema.names for s in shards)
+        fields.append(f.with_nullable(True) if missing and not f.nullable else f)
+    return pa.schema(fields, metadata=shards[0].schema.metadata)
+
+
+def _explain_conflict(shards: Sequence[Shard], column: str) -> None:
+    """Raise naming the first two shards whose types for `column` do not reconcile, if any."""
+    first: Shard | None = None
+    for s in shards:
+        if column not in s.schema.names:
+            continue
+        if first is None:
+            first = s
+            continue
+        a, b = first.schema.field(column).type, s.schema.field(column).type
+        try:
+            merged = pa.unify_schemas([pa.schema([first.schema.field(column)]), pa.schema([s.schema.field(column)])],
+                                      promote_options="permissive").field(column).type
+            ok = not _lossy(a, merged) and not _lossy(b, merged)
+        except (pa.ArrowTypeError, pa.ArrowInvalid):
+            ok = False
+        if not ok:
+            raise UsageError(f"Column {column!r} is {a} in {first.path} but {b} in {s.path}; "
+                             "rewrite one shard so the types agree.")
+
+
+def check_columns(shards: Sequence[Shard], schema: pa.Schema, id_column: str, text_column: str) -> None:
+    """The id and text columns exist in every shard with usable types; errors name the file."""
+    for s in shards:
+        for role, name in (("id", id_column), ("text", text_column)):
+            if name not in s.schema.names:
+                raise UsageError(f"{s.path}: the {role} column {name!r} is missing; columns found: {s.schema.names}. "
+                                 f"Pass --{role}-column to name the right one.")
+        ttype = s.schema.field(text_column).type
+        if not (_is_text(ttype) or pa.types.is_null(ttype)):
+            raise UsageError(f"{s.path}: the text column {text_column!r} has type {ttype}; it must hold strings "
+                             "(cast it, or name the right column with --text-column).")
+        itype = s.schema.field(id_column).type
+        if not (pa.types.is_integer(itype) or _is_text(itype)):
+            raise UsageError(f"{s.path}: the id column {id_column!r} has type {itype}; ids must be strings or integers.")
+    if CLUSTER_COLUMN in schema.names:
+        raise UsageError(f"The input already has a {CLUSTER_COLUMN!r} column; rename or drop it first.")
+    if shards and pa.types.is_null(schema.field(id_column).type):
+        raise UsageError(f"The id column {id_column!r} is null in every shard; every document needs an id.")
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or t == pa.string_view() or (
+        pa.types.is_dictionary(t) and _is_text(t.value_type))
+
+
+def partitions(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int = PARTITION_BYTES) -> list[list[int]]:
+    """Consecutive shards grouped into partitions of about `rows` rows or `nbytes` bytes."""
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    cur_rows = cur_bytes = 0
+    for i, s in enumerate(shards):
+        if cur and (cur_rows + s.rows > rows or cur_bytes + s.nbytes > nbytes):
+            groups.append(cur)
+            cur, cur_rows, cur_bytes = [], 0, 0
+        cur.append(i)
+        cur_rows += s.rows
+        cur_bytes += s.nbytes
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
+    """The file's rows exactly as stored (no pandas metadata applied, no partition columns guessed)."""
+    with fsspec.open(path, "rb") as fh:
+        return pq.ParquetFile(fh).read(columns=columns, use_pandas_metadata=False)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with `schema`'s columns in its order: cast (lossless, checked), missing ones null."""
+    arrays = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            arrays.append(col if col.type.equals(f.type) else col.cast(f.type, safe=True))
+        else:
+            arrays.append(pa.nulls(len(table), f.type))
+    return pa.Table.from_arrays(arrays, schema=schema.remove_metadata()).replace_schema_metadata(table.schema.metadata)
+
+
+def _bad_utf8(path: str, column: pa.ChunkedArray, text_column: str, row0: int = 0) -> None:
+    """Raise naming the first row (and byte offset) whose text is not valid UTF-8, if any."""
+    row = row0
+    for chunk in column.chunks:
+        try:
+            chunk.validate(full=True)
+        except pa.ArrowInvalid:
+            raw = chunk.view(pa.large_binary() if pa.types.is_large_string(chunk.type) else pa.binary()).to_pylist()
+            for i, b in enumerate(raw):
+                if b is None:
+                    continue
+                try:
+                    b.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise ValueError(f"{path}: row {row + i} of the text column {text_column!r} is not valid UTF-8 "
+                                     f"(byte offset {exc.start}); repair or remove that row.") from None
+        row += len(chunk)
+
+
+def read_features_input(shards: Sequence[Shard], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
+    """The id and text columns of `shards`, concatenated, for the features stage.
+
+    Ids come as int64 (integer ids) or Python strings; texts as Python strings or None. A null id
+    or text that is not UTF-8 raises naming the file and row.
+    """
+    ids: list[Any] = []
+    texts: list[Any] = []
+    for s in shards:
+        t = read_table(s.path, [id_column, text_column])
+        idc, txt = t.column(id_column), t.column(text_column)
+        if idc.null_count:
+            row = int(np.flatnonzero(idc.is_null().to_numpy(zero_copy_only=False))[0])
+            raise ValueError(f"{s.path}: row {row} has a null id in column {id_column!r}; every document needs a unique id.")
+        if pa.types.is_dictionary(txt.type):
+            txt = txt.cast(txt.type.value_type)
+        if not pa.types.is_null(txt.type):
+            _bad_utf8(s.path, txt, text_column)
+        if pa.types.is_integer(id_type):
+            ids.append(idc.cast(pa.int64()).to_numpy())
+        else:
+            if pa.types.is_dictionary(idc.type):
+                idc = idc.cast(idc.type.value_type)
+            ids.append(np.asarray(idc.to_pylist(), dtype=object))
+        texts.extend(txt.to_pylist())
+    id_values = np.concatenate(ids) if ids else np.zeros(0, np.int64 if pa.types.is_integer(id_type) else object)
+    return pd.DataFrame({id_column: pd.Series(id_values, dtype=np.int64 if pa.types.is_integer(id_type) else object),
+                         text_column: pd.Series(texts, dtype=object)})
+
+
+def write_shard(table: pa.Table, fs: Any, path: str) -> None:
+    """Write one output shard (parent directories created)."""
+    parent = posixpath.dirname(path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    with fs.open(path, "wb") as fh:
+        pq.write_table(table, fh)

@@ -1,0 +1,238 @@
+"""Writing OUTPUT so that a reader never sees a mix of old and new.
+
+Every run writes into a hidden sibling of OUTPUT (`.NAME.dedup-tmp-TOKEN`), under a lock
+(`.NAME.dedup-lock`) that makes a second run on the same OUTPUT fail at once. `commit` then:
+- on a local file system, swaps the staging directory and the old OUTPUT in one `renameat2`
+  (RENAME_EXCHANGE) call, or renames it into place when there is no OUTPUT yet, and only then
+  deletes the old content;
+- on an object store (no directory rename: a "move" is copy-then-delete), deletes the old
+  manifest first, copies the new shards, deletes old shards the new output does not have, and
+  writes the manifest last. The manifest marks OUTPUT complete: readers should check it.
+Interrupts (SIGINT, SIGTERM) that arrive once the commit has started are deferred: the commit
+finishes and the run ends normally, so what the CLI reports always matches what OUTPUT holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import fsspec
+
+from dedup.safety import MANIFEST, UsageError, is_url
+
+log = logging.getLogger("dedup")
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap two paths (Linux renameat2); False where the system does not support it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EXDEV):
+        return False
+    raise OSError(err, f"could not swap {b!r} with the new output: {os.strerror(err)}")
+
+
+class _Deferred:
+    """Signals received while a commit runs, recorded instead of raised."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[_Deferred]:
+    """Record SIGINT/SIGTERM instead of raising them (main thread only; elsewhere a no-op)."""
+    state = _Deferred()
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, lambda signum, frame: state.received.append(signum))
+    try:
+        yield state
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class Staging:
+    """The staging directory of one run and the lock on its OUTPUT.
+
+    Created before any computing, so an unwritable OUTPUT parent or a concurrent run is found
+    at once; `commit` publishes it, `discard` removes it; `close` releases the lock.
+    """
+
+    def __init__(self, output: str) -> None:
+        self.output = output.rstrip("/") or output
+        self.remote = is_url(self.output)
+        if self.remote:
+            self.fs, self.root = fsspec.core.url_to_fs(self.output)
+        else:
+            self.fs = fsspec.filesystem("file")
+            self.root = os.path.abspath(os.path.expanduser(self.output.removeprefix("file://")))
+        parent, name = self.root.rsplit("/", 1) if "/" in self.root else (".", self.root)
+        self.parent, self.name = parent or "/", name
+        self.tmp = f"{parent}/.{name}.dedup-tmp-{uuid.uuid4().hex[:12]}"
+        self.lock_path = f"{parent}/.{name}.dedup-lock"
+        self._lock_fd: int | None = None
+        self.committed = False
+        try:
+            self.fs.makedirs(self.parent, exist_ok=True)
+            self._lock()
+            self._remove_stale()
+            self.fs.makedirs(self.tmp, exist_ok=True)
+        except PermissionError as exc:
+            self.close()
+            raise UsageError(f"Cannot write next to OUTPUT {output!r} ({exc.strerror or exc}); "
+                             "choose a directory you can write to.") from None
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def url(self) -> str:
+        proto = self.output.split("://", 1)[0] + "://" if self.remote else ""
+        return proto + self.tmp
+
+    # -- the lock -------------------------------------------------------------------------------
+    def _lock(self) -> None:
+        if self.remote:
+            if self.fs.exists(self.lock_path):
+                raise UsageError(f"Another dedup run is writing OUTPUT {self.output!r} (lock {self.lock_path!r} exists). "
+                                 "If no run is active, delete that lock and try again.")
+            with self.fs.open(self.lock_path, "w") as fh:
+                json.dump({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}, fh)
+            return
+        import fcntl
+
+        while True:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise UsageError(f"Another dedup run is writing OUTPUT {self.output!r}; wait for it to finish.") from None
+            try:
+                same = os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # else the file was unlinked by the run that held it: lock the new one
+                self._lock_fd = fd
+                return
+            os.close(fd)
+
+    def close(self) -> None:
+        """Release the lock (and remove its file)."""
+        if self.remote:
+            with contextlib.suppress(Exception):
+                if self.fs.exists(self.lock_path):
+                    self.fs.rm(self.lock_path)
+            return
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.lock_path)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _remove_stale(self) -> None:
+        """Staging directories that earlier runs on this OUTPUT left behind (a killed client)."""
+        pattern = re.compile(rf"^\.{re.escape(self.name)}\.dedup-(tmp|old)-[0-9a-f]{{12}}$")
+        stale = [p for p in self.fs.ls(self.parent, detail=False) if pattern.match(p.rstrip("/").rsplit("/", 1)[-1])]
+        if not self.remote and not os.path.exists(self.root):
+            # A run killed between the two renames of the fallback commit: put the old output back.
+            olds = [p for p in stale if ".dedup-old-" in p and os.path.exists(os.path.join(p, MANIFEST))]
+            if olds:
+                os.rename(olds[0], self.root)
+                log.warning("restored OUTPUT %s from %s, left by an interrupted commit", self.output, olds[0])
+                stale.remove(olds[0])
+        for p in stale:
+            if not self.remote and os.path.islink(p):
+                os.unlink(p)
+            else:
+                self.fs.rm(p, recursive=True)
+        if stale:
+            log.info("removed %d staging director%s left by earlier runs on %s", len(stale),
+                     "y" if len(stale) == 1 else "ies", self.output)
+
+    # -- writing ----------------------------------------------------------------------------------
+    def write_json(self, name: str, obj: Any) -> None:
+        with self.fs.open(f"{self.tmp}/{name}", "w") as fh:
+            json.dump(obj, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+
+    def remove(self, name: str) -> None:
+        """Delete an intermediate entry of the staging directory, if present."""
+        path = f"{self.tmp}/{name}"
+        if self.fs.exists(path):
+            self.fs.rm(path, recursive=True)
+
+    def files(self) -> list[str]:
+        """Paths of every file in the staging directory, relative to it, sorted."""
+        return sorted(p[len(self.tmp) + 1:] for p in self.fs.find(self.tmp))
+
+    # -- publishing -------------------------------------------------------------------------------
+    def commit(self) -> None:
+        """Publish the staging directory as OUTPUT (the caller defers interrupts around this)."""
+        if self.remote:
+            self._commit_remote()
+        else:
+            self._commit_local()
+        self.committed = True
+
+    def _commit_local(self) -> None:
+        if not os.path.exists(self.root):
+            os.rename(self.tmp, self.root)
+            return
+        if _exchange(self.tmp, self.root):
+            self.committed = True
+            self.fs.rm(self.tmp, recursive=True)  # the old output, now at the staging path
+            return
+        old = self.tmp.replace(".dedup-tmp-", ".dedup-old-")
+        os.rename(self.root, old)
+        os.rename(self.tmp, self.root)
+        self.committed = True
+        self.fs.rm(old, recursive=True)
+
+    def _commit_remote(self) -> None:
+        new = [f for f in self.files() if f != MANIFEST]
+        if self.fs.exists(f"{self.root}/{MANIFEST}"):
+            self.fs.rm(f"{self.root}/{MANIFEST}")  # OUTPUT is incomplete from here until the new manifest
+        for rel in new:
+            self.fs.copy(f"{self.tmp}/{rel}", f"{self.root}/{rel}")
+        keep = set(new) | {MANIFEST}
+        if self.fs.exists(self.root):
+            for p in self.fs.find(self.root):
+                if p[len(self.root) + 1:] not in keep:
+                    self.fs.rm(p)
+        self.fs.copy(f"{self.tmp}/{MANIFEST}", f"{self.root}/{MANIFEST}")
+        self.committed = True
+        self.fs.rm(self.tmp, recursive=True)
+
+    def discard(self) -> None:
+        """Remove the staging directory (OUTPUT is untouched)."""
+        with contextlib.suppress(FileNotFoundError):
+            if self.fs.exists(self.tmp):
+                self.fs.rm(self.tmp, recursive=True)
