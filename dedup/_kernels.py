@@ -177,3 +177,20 @@ def window_hashes(buf, word_start, word_end, word_offsets, size, short, out_offs
             out[base + k] = _fnv_tail(buf, _OFFSET, s, e)
             k += 1
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def spans_equal(buf_a, start_a, end_a, buf_b, start_b, end_b):  # pragma: no cover - compiled
+    """out[i] = bytes buf_a[start_a[i]:end_a[i]] equal buf_b[start_b[i]:end_b[i]] (confirms hash hits)."""
+    out = np.zeros(start_a.shape[0], dtype=np.bool_)
+    for i in range(start_a.shape[0]):
+        n = end_a[i] - start_a[i]
+        if n != end_b[i] - start_b[i]:
+            continue
+        same = True
+        for j in range(n):
+            if buf_a[start_a[i] + j] != buf_b[start_b[i] + j]:
+                same = False
+                break
+        out[i] = same
+    return out

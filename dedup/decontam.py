@@ -8,56 +8,27 @@ confirmed against the real n-gram and a collision never costs a document.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Union
+from typing import Union
 
 import numpy as np
+import pandas as pd
 from numpy.typing import NDArray
 
+from dedup import _kernels, evalfiles
 from dedup.docs import Doc
-from dedup.hashing import span_hashes
 from dedup.text import TextBatch, _check_size, encode_batch, word_ngrams, words
-
-LABEL_KEYS = frozenset({"case_id", "id", "tags", "scorer_args"})
-"""JSONL keys whose values are labels, not text a model is tested on."""
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """Every string inside a JSON value, skipping the values of label keys."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            if k not in LABEL_KEYS:
-                yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
-
-
 def protected_texts(path: PathLike) -> Iterator[str]:
-    """The protected texts of one file: each string value of a .jsonl file, else the whole file."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"Protected file {str(p)!r} does not exist or is not a file.")
-    if p.suffix.lower() != ".jsonl":
-        yield p.read_text(encoding="utf-8", errors="replace")
-        return
-    with p.open(encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{p}: line {lineno} is not valid JSON ({exc.msg}); fix or remove that line.") from None
-            yield from _strings(record)
+    """Every protected text of a file or directory, in order (see `dedup.evalfiles` for the formats)."""
+    for f in evalfiles.files_of(str(path)):
+        for _label, texts in evalfiles.records(f):
+            yield from texts
 
 
 def _as_paths(paths: PathLike | Iterable[PathLike]) -> list[PathLike]:
@@ -100,74 +71,131 @@ def decontaminate(
 
 @dataclass(frozen=True)
 class ProtectedNgrams:
-    """Protected n-grams, sorted by FNV-1a 64 hash, with their bytes for confirming hits.
+    """The protected n-grams of some eval files, held compactly for shipping to workers.
 
-    hashes: uint64 [m] sorted (repeats only on a hash collision); offsets: int64 [m + 1] into
-    blob (uint8), the UTF-8 bytes of n-gram i; source: int32 [m], the index of the first file
-    (in the order given) that holds n-gram i; files: the file names, for reports.
+    hashes: uint64 [m], FNV-1a 64 of each distinct n-gram, sorted; start/end: int64 [m], the
+    byte span of one occurrence in buf (uint8, the normalised protected texts), so every hash
+    hit is confirmed against the real bytes and a collision never costs a document.
+    rec_offsets: int64 [m + 1] into rec_ids (int32): the records holding n-gram i, sorted;
+    min_record: int32 [m], the first of them. Records are numbered in file order;
+    record_file: int32 [R], the file of each; record_labels: `line 3`, `row 7`, `[2]`, ...;
+    files: the protected files (directories expanded).
     """
 
     ngram_size: int
     hashes: NDArray[np.uint64]
-    offsets: NDArray[np.int64]
-    blob: NDArray[np.uint8]
-    source: NDArray[np.int32]
+    start: NDArray[np.int64]
+    end: NDArray[np.int64]
+    buf: NDArray[np.uint8]
+    rec_offsets: NDArray[np.int64]
+    rec_ids: NDArray[np.int32]
+    min_record: NDArray[np.int32]
+    record_file: NDArray[np.int32]
+    record_labels: tuple[str, ...]
     files: tuple[str, ...]
 
     @classmethod
     def from_paths(cls, paths: PathLike | Iterable[PathLike], ngram_size: int = 13) -> ProtectedNgrams:
+        """Read every record of every file (directories expanded) and index its n-grams; no
+        Python object per n-gram, so a 20 MB line costs about 40 bytes per word."""
         _check_size("ngram_size", ngram_size)
-        first_source: dict[str, int] = {}
-        files = tuple(str(p) for p in _as_paths(paths))
-        for idx, path in enumerate(files):
-            for text in protected_texts(path):
-                for gram in word_ngrams(text, ngram_size):
-                    first_source.setdefault(gram, idx)
-        grams = list(first_source)
-        encoded = [g.encode("utf-8") for g in grams]
-        lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
-        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-        hashes = span_hashes(blob, offsets[:-1], offsets[1:])
-        source = np.fromiter((first_source[g] for g in grams), dtype=np.int32, count=len(grams))
-        order = np.argsort(hashes, kind="stable")
-        starts, ends = offsets[:-1][order], offsets[1:][order]
-        new_offsets = np.zeros(len(order) + 1, dtype=np.int64)
-        np.cumsum(ends - starts, out=new_offsets[1:])
-        pieces = [blob[s:e] for s, e in zip(starts, ends)]
-        new_blob = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
-        return cls(ngram_size, hashes[order], new_offsets, new_blob, source[order], files)
+        files: list[str] = []
+        for p in _as_paths(paths):
+            files += evalfiles.files_of(str(p))
+        texts: list[str] = []
+        text_record: list[int] = []
+        record_file: list[int] = []
+        labels: list[str] = []
+        for fi, f in enumerate(files):
+            for label, rec_texts in evalfiles.records(f):
+                rid = len(labels)
+                labels.append(label)
+                record_file.append(fi)
+                texts += rec_texts
+                text_record += [rid] * len(rec_texts)
+        batch = encode_batch(texts)
+        h, offsets = batch.window_hashes(ngram_size, short=False)
+        start, end, _ = batch.spans(ngram_size, short=False)
+        h2 = _kernels.mix_spans(batch.buf, start, end)
+        rec = np.repeat(np.asarray(text_record, dtype=np.int32), np.diff(offsets))
+        order = np.lexsort((rec, h2, h))
+        h, h2, rec, start, end = h[order], h2[order], rec[order], start[order], end[order]
+        new_gram = np.ones(len(h), dtype=bool)
+        new_gram[1:] = (h[1:] != h[:-1]) | (h2[1:] != h2[:-1])
+        new_pair = new_gram.copy()
+        new_pair[1:] |= rec[1:] != rec[:-1]
+        first = np.flatnonzero(new_gram)
+        gram_of_pair = np.cumsum(new_gram)[new_pair] - 1
+        rec_offsets = np.zeros(len(first) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(gram_of_pair, minlength=len(first)), out=rec_offsets[1:])
+        return cls(ngram_size, h[first], start[first].astype(np.int64), end[first].astype(np.int64), batch.buf,
+                   rec_offsets, rec[new_pair].astype(np.int32), rec[first].astype(np.int32),
+                   np.asarray(record_file, dtype=np.int32), tuple(labels), tuple(files))
 
     def __len__(self) -> int:
         return len(self.hashes)
 
     def gram_counts(self) -> list[int]:
-        """How many distinct n-grams each file contributes first."""
-        return np.bincount(self.source, minlength=len(self.files)).tolist()
+        """How many distinct n-grams each file holds (independent of the files' order)."""
+        gram = np.repeat(np.arange(len(self.hashes)), np.diff(self.rec_offsets))
+        pairs = np.unique(np.stack([gram, self.record_file[self.rec_ids]]), axis=1) if len(gram) else np.zeros((2, 0), int)
+        return np.bincount(pairs[1], minlength=len(self.files)).tolist()
 
-    def first_hit(self, batch: TextBatch) -> NDArray[np.int32]:
-        """Per document of `batch`: the source index of its first confirmed hit, or -1 if clean."""
+    def ngram_text(self, gram: int) -> str:
+        """The n-gram's words, for messages."""
+        return bytes(self.buf[self.start[gram]:self.end[gram]]).decode("utf-8", errors="replace")
+
+    def hits(self, batch: TextBatch) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Every confirmed hit in `batch`: (document index, n-gram index), one per matching window."""
+        empty = np.zeros(0, np.int64)
         n_docs = len(batch.word_offsets) - 1
-        out = np.full(n_docs, -1, dtype=np.int32)
         if len(self.hashes) == 0 or n_docs == 0:
-            return out
+            return empty, empty
         h, offsets = batch.window_hashes(self.ngram_size, short=False)
-        if len(h) == 0:
-            return out
         lo = np.searchsorted(self.hashes, h, side="left")
         hi = np.searchsorted(self.hashes, h, side="right")
-        for w in np.flatnonzero(hi > lo):  # hash hits only: rare, so a Python loop is fine
-            d = int(np.searchsorted(offsets, w, side="right")) - 1
-            first_word = batch.word_offsets[d] + (w - offsets[d])
-            gram = batch.buf[batch.word_start[first_word] : batch.word_end[first_word + self.ngram_size - 1]]
-            for k in range(lo[w], hi[w]):
-                if np.array_equal(gram, self.blob[self.offsets[k] : self.offsets[k + 1]]):
-                    src = self.source[k]
-                    if out[d] < 0 or src < out[d]:
-                        out[d] = src
-                    break
+        w = np.flatnonzero(hi > lo)
+        if len(w) == 0:
+            return empty, empty
+        span = (hi - lo)[w]
+        win = np.repeat(w, span)
+        gram = np.repeat(lo[w], span) + (np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span))
+        doc = np.searchsorted(offsets, win, side="right") - 1
+        first_word = batch.word_offsets[doc] + (win - offsets[doc])
+        ws, we = batch.word_start[first_word], batch.word_end[first_word + self.ngram_size - 1]
+        ok = _kernels.spans_equal(batch.buf, ws, we, self.buf, self.start[gram], self.end[gram])
+        return doc[ok].astype(np.int64), gram[ok].astype(np.int64)
+
+    def first_hit(self, batch: TextBatch) -> NDArray[np.int32]:
+        """Per document of `batch`: the smallest record index among its confirmed hits, or -1 if clean."""
+        n_docs = len(batch.word_offsets) - 1
+        out = np.full(n_docs, np.iinfo(np.int32).max, dtype=np.int32)
+        doc, gram = self.hits(batch)
+        np.minimum.at(out, doc, self.min_record[gram])
+        out[out == np.iinfo(np.int32).max] = -1
         return out
+
+    def hit_counts(self, batch: TextBatch) -> pd.DataFrame:
+        """Documents of `batch` hitting each record and each file, with the smallest n-gram hit per record.
+
+        Rows (kind, index, documents, gram): kind 0 = record, 1 = file. Counting distinct
+        documents per record and per file makes the totals independent of the files' order.
+        """
+        doc, gram = self.hits(batch)
+        if len(doc) == 0:
+            return pd.DataFrame({"kind": np.zeros(0, np.int8), "index": np.zeros(0, np.int64),
+                                 "documents": np.zeros(0, np.int64), "gram": np.zeros(0, np.int64)})
+        span = self.rec_offsets[gram + 1] - self.rec_offsets[gram]
+        rec_pos = np.repeat(self.rec_offsets[gram], span) + (np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span))
+        pairs = pd.DataFrame({"doc": np.repeat(doc, span), "record": self.rec_ids[rec_pos], "gram": np.repeat(gram, span)})
+        by_rec = pairs.groupby("record").agg(documents=("doc", "nunique"), gram=("gram", "min")).reset_index()
+        files = pairs.assign(file=self.record_file[pairs["record"].to_numpy()]).groupby("file")["doc"].nunique()
+        return pd.concat([
+            pd.DataFrame({"kind": np.int8(0), "index": by_rec["record"].to_numpy(np.int64),
+                          "documents": by_rec["documents"].to_numpy(np.int64), "gram": by_rec["gram"].to_numpy(np.int64)}),
+            pd.DataFrame({"kind": np.int8(1), "index": files.index.to_numpy(np.int64),
+                          "documents": files.to_numpy(np.int64), "gram": np.full(len(files), -1, np.int64)}),
+        ], ignore_index=True)
 
     def flags(self, texts: Sequence[str | None]) -> NDArray[np.bool_]:
         """True for each contaminated text."""

@@ -28,6 +28,7 @@ from dedup.decontam import PathLike, ProtectedNgrams
 from dedup.near import confirm_pairs
 from dedup.safety import MANIFEST, UsageError, check_output, expand_protected, input_places
 from dedup.staging import Staging, deferred_interrupts
+from dedup.text import encode_batch
 from dedup.unionfind import components
 
 log = logging.getLogger("dedup")
@@ -44,6 +45,7 @@ class Report:
     contaminated: int = 0
     contaminated_by_file: dict[str, int] = field(default_factory=dict)
     contaminated_by_record: list[dict[str, Any]] = field(default_factory=list)
+    contaminated_records: int = 0
     near_duplicates: int = 0
     clusters: int = 0
     largest_cluster: int = 0
@@ -245,6 +247,47 @@ def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
     return dd.from_map(pd.read_parquet, paths, meta=feat._meta, enforce_metadata=False)
 
 
+CONTAMINATION_WARN_SHARE = 0.01
+"""A warning names any protected record that alone removes more than this share of the corpus."""
+MAX_RECORDS_IN_MANIFEST = 1000
+
+
+def _hit_counts(part: pd.DataFrame, feat: pd.DataFrame, protected: ProtectedNgrams, text_column: str) -> pd.DataFrame:
+    rows = np.flatnonzero(feat["source"].to_numpy() >= 0)
+    texts = frames.texts_of(part[text_column].iloc[rows]) if len(rows) else []
+    return protected.hit_counts(encode_batch(texts))
+
+
+def _contamination_report(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgrams, text_column: str,
+                          report: Report) -> None:
+    """Documents removed per protected file and per record (re-reading only contaminated texts), and a
+    warning for any record that alone removes a large share of the corpus."""
+    if report.contaminated == 0:
+        report.contaminated_by_file = dict.fromkeys(protected.files, 0)
+        return
+    meta = protected.hit_counts(encode_batch([]))
+    detail = dd.map_partitions(_hit_counts, ddf, feat[["source"]], _shared(protected), text_column, meta=meta,
+                               align_dataframes=False)
+    (hc,) = _compute(detail)
+    agg = hc.groupby(["kind", "index"]).agg(documents=("documents", "sum"), gram=("gram", "min")).reset_index()
+    files = agg[agg["kind"] == 1]
+    by_file = dict(zip(files["index"], files["documents"]))
+    report.contaminated_by_file = {name: int(by_file.get(i, 0)) for i, name in enumerate(protected.files)}
+    recs = agg[agg["kind"] == 0].sort_values(["documents", "index"], ascending=[False, True])
+    entries: list[dict[str, Any]] = []
+    for rec, docs, gram in zip(recs["index"], recs["documents"], recs["gram"]):
+        entry = {"file": protected.files[protected.record_file[rec]], "record": protected.record_labels[rec],
+                 "documents": int(docs), "ngram": protected.ngram_text(int(gram))}
+        if len(entries) < MAX_RECORDS_IN_MANIFEST:
+            entries.append(entry)
+        if report.input_rows and docs > CONTAMINATION_WARN_SHARE * report.input_rows:
+            log.warning("protected record %s of %s alone removes %d documents (%.1f%% of the corpus), e.g. by the "
+                        "%d-gram %r; check that it is eval text and not boilerplate", entry["record"], entry["file"],
+                        docs, 100 * docs / report.input_rows, protected.ngram_size, entry["ngram"])
+    report.contaminated_by_record = entries
+    report.contaminated_records = len(recs)
+
+
 def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool, id_column: str, text_column: str,
             params: Params, max_bucket: int = DEFAULT_MAX_BUCKET, npartitions: int | None = None,
             report: Report, files: Sequence[str] = (),
@@ -270,10 +313,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         report.contaminated = int(count_df["contaminated"].sum())
         stage.summary = f"{report.input_rows} rows in {ddf.npartitions} partitions, {report.contaminated} contaminated"
     if protected is not None:
-        by_file = feat["source"].map_partitions(lambda s: s[s >= 0].value_counts(), meta=pd.Series(dtype=np.int64))
-        (vc,) = _compute(by_file)
-        totals = vc.groupby(level=0).sum() if len(vc) else vc
-        report.contaminated_by_file = {name: int(totals.get(i, 0)) for i, name in enumerate(protected.files)}
+        _contamination_report(ddf, feat, protected, text_column, report)
     if near:
         members, roots = cluster_table(ddf, feat, id_column=id_column, text_column=text_column, params=params,
                                        max_bucket=max_bucket, npartitions=npartitions, report=report, files=files)
@@ -508,6 +548,7 @@ def execute(plan: Plan) -> dict[str, Any]:
             "near_duplicates_dropped": dropped_near, "near_duplicates_found": report.near_duplicates,
             "contaminated_dropped": report.contaminated, "contaminated_by_file": report.contaminated_by_file,
             "contaminated_by_record": report.contaminated_by_record,
+            "contaminated_records": report.contaminated_records,
             "clusters": report.clusters, "largest_cluster": report.largest_cluster,
             "candidate_pairs": report.candidate_pairs, "confirmed_pairs": report.confirmed_pairs,
             "same_text_pairs": report.same_text_pairs,

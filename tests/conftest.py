@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,3 +61,35 @@ def client(cluster_client: object) -> Iterator[object]:
     """The shared cluster's client, made current for the test."""
     with cluster_client.as_current():  # type: ignore[attr-defined]
         yield cluster_client
+
+
+DEDUP = [sys.executable, "-m", "dedup"]
+DASK_BIN = Path(sys.executable).parent / "dask"
+
+
+@pytest.fixture(scope="session")
+def dask_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`dask scheduler` and one `dask worker` (2 processes) on 127.0.0.1, as separate processes; the scheduler file."""
+    sched_file = tmp_path_factory.mktemp("scheduler") / "scheduler.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs = [subprocess.Popen([str(DASK_BIN), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(sched_file)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.exists():
+            if time.time() > deadline:
+                raise RuntimeError("dask scheduler did not start")
+            time.sleep(0.2)
+        procs.append(subprocess.Popen([str(DASK_BIN), "worker", "--scheduler-file", str(sched_file), "--nworkers", "2",
+                                       "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        yield sched_file
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()

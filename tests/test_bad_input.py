@@ -153,7 +153,7 @@ def test_protected_file_errors(client, tmp_path: Path) -> None:
     bad.write_text('{"q": "fine"}\n\n{"q": broken}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl: line 3 is not valid JSON"):
         run(str(src), str(tmp_path / "out"), protected=[str(bad)])
-    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+    with pytest.raises(ValueError, match="missing.jsonl' does not exist"):
         run(str(src), str(tmp_path / "out"), protected=[str(tmp_path / "missing.jsonl")])
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
-from tests.conftest import write_shards
-
-DEDUP = [sys.executable, "-m", "dedup"]
-DASK_BIN = Path(sys.executable).parent / "dask"
+from tests.conftest import DEDUP, write_shards
 
 
 def _run(*args: str, timeout: int = 240) -> subprocess.CompletedProcess[str]:
@@ -41,44 +33,16 @@ def test_tune_prints_choice_and_s_curve() -> None:
     assert "| 0.50 |" in res.stdout and "| 0.90 |" in res.stdout
 
 
-def test_usage_error_exits_2_and_bad_parameter_exits_1_in_one_line(tmp_path: Path) -> None:
+def test_usage_errors_exit_2_in_one_line(tmp_path: Path) -> None:
     assert _run("run").returncode == 2
     write_shards(pd.DataFrame({"id": ["a"], "text": ["x"]}), tmp_path / "in", 1)
     res = _run("run", str(tmp_path / "in"), str(tmp_path / "out"), "--threshold", "1.5", "--n-workers", "1")
-    assert res.returncode == 1
+    assert res.returncode == 2
     assert res.stderr.strip().splitlines()[-1] == (
         "dedup: error: The 'threshold' parameter must be a float in [0, 1]. Got 1.5 instead.")
     assert "Traceback" not in res.stderr
     missing = _run("near", str(tmp_path / "nope"), str(tmp_path / "out"), "--n-workers", "1")
-    assert missing.returncode == 1 and "does not exist" in missing.stderr
-
-
-@pytest.fixture()
-def dask_processes(tmp_path: Path) -> Iterator[Path]:
-    """`dask scheduler` and one `dask worker` on 127.0.0.1, as separate processes."""
-    sched_file = tmp_path / "scheduler.json"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [subprocess.Popen([str(DASK_BIN), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                               "--scheduler-file", str(sched_file)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
-        deadline = time.time() + 60
-        while not sched_file.exists():
-            if time.time() > deadline:
-                raise RuntimeError("dask scheduler did not start")
-            time.sleep(0.2)
-        procs.append(subprocess.Popen([str(DASK_BIN), "worker", "--scheduler-file", str(sched_file), "--nworkers", "2",
-                                       "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"], env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        yield sched_file
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
 def test_run_against_real_scheduler_and_workers(dask_processes: Path, tmp_path: Path, corpus_frame: pd.DataFrame,
@@ -98,7 +62,7 @@ def test_run_against_real_scheduler_and_workers(dask_processes: Path, tmp_path: 
     assert m["parameters"]["threshold"] == 0.8 and m["versions"]["dask"]
     assert {p.name: p.read_bytes() for p in src.iterdir()} == before  # inputs never modified
     again = _run("run", str(src), str(tmp_path / "out"), "--scheduler-file", str(dask_processes))
-    assert again.returncode == 1 and "--overwrite" in again.stderr
+    assert again.returncode == 2 and "--overwrite" in again.stderr
 
 
 def test_demo_runs_on_a_local_cluster(tmp_path: Path) -> None:
