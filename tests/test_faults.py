@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,28 +81,52 @@ def _snapshot(path: Path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_interrupted_run_leaves_output_as_it_was(bigger_corpus: Path, tmp_path: Path, sig: int) -> None:
+@pytest.fixture(scope="module")
+def first_output(bigger_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("first") / "out"
+    subprocess.run([sys.executable, "-m", "dedup", "near", str(bigger_corpus), str(out), "--n-workers", "2"],
+                   check=True, capture_output=True, timeout=300)
+    return out
+
+
+@pytest.mark.parametrize(("after", "sig"), [("features:", signal.SIGINT), ("write:", signal.SIGINT),
+                                          ("wrote ", signal.SIGINT), ("features:", signal.SIGTERM),
+                                          ("features:", signal.SIGKILL)])
+def test_interrupts_report_what_output_holds(bigger_corpus: Path, first_output: Path, tmp_path: Path, after: str,
+                                             sig: int) -> None:
+    """A signal at several points: the exit code and message always match what OUTPUT holds."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "dedup", "near", str(bigger_corpus), str(out), "--n-workers", "2"]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    shutil.copytree(first_output, out)
     before = _snapshot(out)
     proc = subprocess.Popen([*cmd, "--overwrite", "--keep-duplicates"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
     try:
-        _wait_for(proc, "features:")
+        seen = _wait_for(proc, after)
         proc.send_signal(sig)
-        proc.wait(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode != 0
-    assert _snapshot(out) == before  # no partial shards, nothing replaced
-    if sig == signal.SIGINT:
-        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # staging removed
+    stderr = seen + err
+    assert "Traceback" not in stderr and "AllExit" not in stderr, stderr
+    rows = len(pd.read_parquet(out))
+    if proc.returncode == 0:  # the signal came after the new output was in place
+        assert after != "features:", stderr
+        assert rows == len(pd.read_parquet(bigger_corpus)) and _snapshot(out) != before
+    else:
+        assert after != "wrote ", stderr
+        assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 130, signal.SIGKILL: -9}[sig], stderr
+        assert _snapshot(out) == before  # no partial shards, nothing replaced
+        if sig != signal.SIGKILL:
+            assert "interrupted; OUTPUT was left as it was" in stderr
+            assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # staging and lock removed
+    if sig != signal.SIGKILL:
+        return
     res = subprocess.run([*cmd, "--overwrite", "--keep-duplicates"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert len(pd.read_parquet(out)) == len(pd.read_parquet(bigger_corpus))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # a killed run's staging is cleaned up
 
 
 def test_worker_that_keeps_dying_names_the_input_file() -> None:

@@ -29,7 +29,7 @@ from tests.conftest import DEDUP
 
 BODY = "the quick brown fox jumps over the lazy dog near the quiet river bank at dawn again and again"
 TEXTS = [BODY, BODY + " today", "an entirely different document about tea and biscuits in the afternoon", None]
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _typical(n0: int = 0) -> pa.Table:

@@ -1,0 +1,140 @@
+"""Data safety: nothing outside OUTPUT is modified or deleted, whatever the paths, globs, symlinks or flags.
+
+Every case builds a scratch tree (inputs, a protected file, a user's own files), hashes every
+entry, runs the CLI as a subprocess, and checks the exit code, the one-line message and that
+the tree hashes the same afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dedup.staging import Staging
+from tests.conftest import DEDUP, write_shards
+
+TEXT = "the quick brown fox jumps over the lazy dog near the quiet river bank at dawn again and again"
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file, directory and symlink under root, with a digest of each file's bytes."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = "link:" + os.readlink(p)
+            elif p.is_dir():
+                out[rel] = "dir"
+            else:
+                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture()
+def scratch(tmp_path: Path) -> Path:
+    """proj/data/{a,b}.parquet, proj/evals/mmlu.jsonl, proj/notes.txt, proj/link -> data, proj/mine/keep.txt."""
+    proj = tmp_path / "proj"
+    write_shards(pd.DataFrame({"id": ["a", "b", "c", "d"], "text": [TEXT, TEXT + " x", "other words", None]}),
+                 proj / "data", 2)
+    (proj / "evals").mkdir()
+    (proj / "evals" / "mmlu.jsonl").write_text(json.dumps({"question": "What is two plus two?"}) + "\n")
+    (proj / "notes.txt").write_text("my notes")
+    (proj / "link").symlink_to("data")
+    (proj / "mine").mkdir()
+    (proj / "mine" / "keep.txt").write_text("keep me")
+    (proj / "outlink").symlink_to("mine")
+    return proj
+
+
+def _dedup(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DEDUP, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+REFUSED = [
+    # (INPUT, OUTPUT, extra args, message)
+    ("data", ".", ["--overwrite"], "is, contains or lies inside the input"),  # OUTPUT a parent of INPUT
+    ("proj/data", "proj", ["--overwrite"], "is, contains or lies inside the input"),
+    ("data/*.parquet", "data", ["--overwrite"], "is, contains or lies inside the input"),  # glob whose directory is OUTPUT
+    ("data/*.parquet", "data/out", [], "is, contains or lies inside the input"),  # OUTPUT inside a glob's directory
+    ("data", "data/out", [], "is, contains or lies inside the input"),
+    ("data/shard-00.parquet", "data/shard-00.parquet", ["--overwrite"], "is, contains or lies inside the input"),
+    ("link", "data/out", [], "is, contains or lies inside the input"),  # through a symlink
+    ("data", "mine/../data/../data", ["--overwrite"], "is, contains or lies inside the input"),  # through ..
+    ("data", "evals", ["--overwrite", "--protected", "evals/mmlu.jsonl"], "protected path"),
+    ("data", "outlink", ["--overwrite"], "is a symbolic link"),
+    ("data", "notes.txt", ["--overwrite"], "is not a directory"),
+    ("data", "mine", [], "is not empty; pass --overwrite"),
+    ("data", "mine", ["--overwrite"], "holds files dedup did not write"),
+    ("data", "/proc", ["--overwrite"], "is a mount point"),
+    ("data", "out", ["--n-workers", "-1"], "--n-workers must be an integer >= 1"),
+    ("data", "out", ["--max-bucket", "-5"], "'max_bucket' parameter must be an integer >= 2"),
+    ("data", "out", ["--scheduler-file", "nowhere.json"], "does not exist; start the scheduler"),
+    ("missing", "out", [], "Input 'missing' does not exist"),
+]
+
+
+@pytest.mark.parametrize(("src", "out", "extra", "message"), REFUSED, ids=[f"{r[0]} -> {r[1]} {' '.join(r[2])}" for r in REFUSED])
+def test_unsafe_or_bad_paths_are_refused_and_nothing_changes(scratch: Path, src: str, out: str, extra: list[str],
+                                                             message: str) -> None:
+    cwd = scratch.parent if src.startswith("proj/") else scratch
+    before = _tree(scratch.parent)
+    res = _dedup(cwd, "run", src, out, *extra)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dedup: error: ") and message in lines[0], res.stderr
+    assert _tree(scratch.parent) == before
+
+
+def test_overwrite_replaces_only_our_own_output_and_cleans_stale_staging(scratch: Path) -> None:
+    first = _dedup(scratch, "run", "data", "out", "--n-workers", "1")
+    assert first.returncode == 0, first.stderr
+    stale = scratch / ".out.dedup-tmp-0123456789ab"
+    stale.mkdir()
+    (stale / "part.parquet").write_text("left by a killed run")
+    (scratch / "out" / "extra.txt").write_text("inside OUTPUT: replaced with it")
+    outside = {k: v for k, v in _tree(scratch).items() if not k.startswith(("out/", ".out.")) and k != "out"}
+    again = _dedup(scratch, "run", "data", "out", "--n-workers", "1", "--overwrite")
+    assert again.returncode == 0, again.stderr
+    assert "removed 1 staging directory left by earlier runs" in again.stderr
+    assert not stale.exists() and not (scratch / "out" / "extra.txt").exists()
+    assert {k: v for k, v in _tree(scratch).items() if not k.startswith(("out/",)) and k != "out"} == outside
+    assert not [p for p in scratch.iterdir() if p.name.startswith(".out.")]  # no staging, no lock left
+
+
+def test_a_second_run_on_the_same_output_fails_clearly(scratch: Path) -> None:
+    holder = Staging(str(scratch / "out"))  # what a running job holds: the lock and its staging directory
+    try:
+        res = _dedup(scratch, "run", "data", "out")
+        assert res.returncode == 2 and "Another dedup run is writing OUTPUT" in res.stderr
+        assert Path(holder.tmp).is_dir()  # the running job's staging is left alone
+    finally:
+        holder.discard()
+        holder.close()
+    assert not [p for p in scratch.iterdir() if p.name.startswith(".out.")]
+
+
+def test_object_store_output_commits_manifest_last(tmp_path: Path) -> None:
+    """fsspec's memory file system renames by copy-then-delete, as s3/gcs do; the whole job runs in-process."""
+    import fsspec
+
+    from dedup.pipeline import run
+
+    src = write_shards(pd.DataFrame({"id": ["a", "b", "c"], "text": [TEXT, TEXT + " x", "other"]}), tmp_path / "in", 2)
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/bucket/out/stale-shard.parquet", b"old")  # not ours: refused even with overwrite
+    with pytest.raises(ValueError, match="did not write"):
+        run(str(src), "memory://bucket/out", overwrite=True)
+    fs.rm("/bucket/out", recursive=True)
+    m = run(str(src), "memory://bucket/out")
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.find("/bucket/out")) == ["_dedup.json", "shard-00.parquet", "shard-01.parquet"]
+    m2 = run(str(src), "memory://bucket/out", overwrite=True, drop=False)
+    assert m2["output_rows"] == 3 and m["output_rows"] == 2
+    assert not [p for p in fs.ls("/bucket", detail=False) if ".dedup-" in p]  # staging and lock removed
