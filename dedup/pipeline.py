@@ -76,7 +76,10 @@ class _Stage:
 
 
 def _compute(*collections: Any, retries: int = 2) -> Any:
-    """dask.compute on the active client with retries (dask.annotate(retries=) is ignored)."""
+    """dask.compute on the active client with retries (dask.annotate(retries=) is ignored); on the
+    local scheduler when no client exists or `dask.config.set(scheduler="sync"|"threads")` asks for it."""
+    if dask.config.get("scheduler", None) not in (None, "dask.distributed"):
+        return dask.compute(*collections)
     try:
         from distributed import get_client
 

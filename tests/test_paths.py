@@ -122,19 +122,23 @@ def test_a_second_run_on_the_same_output_fails_clearly(scratch: Path) -> None:
 
 
 def test_object_store_output_commits_manifest_last(tmp_path: Path) -> None:
-    """fsspec's memory file system renames by copy-then-delete, as s3/gcs do; the whole job runs in-process."""
+    """fsspec's memory file system renames by copy-then-delete, as s3/gcs do; the job runs in-process."""
+    import dask
     import fsspec
 
     from dedup.pipeline import run
 
     src = write_shards(pd.DataFrame({"id": ["a", "b", "c"], "text": [TEXT, TEXT + " x", "other"]}), tmp_path / "in", 2)
     fs = fsspec.filesystem("memory")
-    fs.pipe("/bucket/out/stale-shard.parquet", b"old")  # not ours: refused even with overwrite
-    with pytest.raises(ValueError, match="did not write"):
-        run(str(src), "memory://bucket/out", overwrite=True)
-    fs.rm("/bucket/out", recursive=True)
-    m = run(str(src), "memory://bucket/out")
-    assert sorted(p.rsplit("/", 1)[-1] for p in fs.find("/bucket/out")) == ["_dedup.json", "shard-00.parquet", "shard-01.parquet"]
-    m2 = run(str(src), "memory://bucket/out", overwrite=True, drop=False)
+    fs.pipe("/bucket/out/stale-shard.parquet", b"old")
+    with dask.config.set({"scheduler": "sync", "dataframe.shuffle.method": "tasks"}):  # memory fs: this process only
+        with pytest.raises(ValueError, match="did not write"):  # not ours: refused even with overwrite
+            run(str(src), "memory://bucket/out", overwrite=True)
+        fs.rm("/bucket/out", recursive=True)
+        m = run(str(src), "memory://bucket/out")
+        names = sorted(p.rsplit("/", 1)[-1] for p in fs.find("/bucket/out"))
+        assert names == ["_dedup.json", "shard-00.parquet", "shard-01.parquet"]
+        m2 = run(str(src), "memory://bucket/out", overwrite=True, drop=False)
     assert m2["output_rows"] == 3 and m["output_rows"] == 2
     assert not [p for p in fs.ls("/bucket", detail=False) if ".dedup-" in p]  # staging and lock removed
+    fs.rm("/bucket", recursive=True)
