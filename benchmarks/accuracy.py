@@ -1,6 +1,6 @@
 """Recall and precision against exact ground truth, for dedup and the peers, in one run.
 
-    python benchmarks/accuracy.py                      # the SPEC §7 corpus, ~12,000 documents
+    python benchmarks/accuracy.py                      # the contract §7 corpus, ~12,000 documents
     python benchmarks/accuracy.py --input corpus/ --id-column id --text-column text   # any Parquet corpus
 
 Pair level: a true pair is two documents with exact Jaccard >= t of word 5-shingles; a tool

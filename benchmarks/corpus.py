@@ -1,4 +1,4 @@
-"""Write the SPEC §7 synthetic corpus (id, text, family) as Parquet shards.
+"""Write the contract §7 synthetic corpus (id, text, family) as Parquet shards.
 
     python benchmarks/corpus.py --docs 200000 --out /tmp/corpus200k --shards 16
 """

@@ -1,4 +1,4 @@
-"""dedup: near-duplicate removal and eval decontamination for text corpora, exact to SPEC.md."""
+"""dedup: near-duplicate removal and eval decontamination for text corpora, exact to docs/contract.md."""
 
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def _fnv_tail(buf, h, lo, hi):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def window_hashes(buf, word_start, word_end, word_offsets, size, short, out_offsets):  # pragma: no cover - compiled
-    """FNV-1a 64 of every `size`-word window of every document (SPEC shingles or n-grams).
+    """FNV-1a 64 of every `size`-word window of every document (contract shingles or n-grams).
 
     The same spans as `TextBatch.spans`, hashed without materialising them; four windows are
     hashed in lockstep so the multiplies of independent chains overlap.

@@ -23,7 +23,7 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
     g.add_argument("--id-column", default="id", help="column with unique document ids, strings or integers (default: id)")
     g.add_argument("--text-column", default="text", help="column with the document text (default: text)")
     if near:
-        a = p.add_argument_group("near-dedup parameters (SPEC defaults)")
+        a = p.add_argument_group("near-dedup parameters (defaults of docs/contract.md)")
         a.add_argument("--threshold", type=float, default=P.threshold,
                        help=f"Jaccard similarity a pair must reach to be merged (default: {P.threshold})")
         a.add_argument("--num-perm", type=int, default=P.num_perm, help=f"MinHash permutations (default: {P.num_perm})")
@@ -41,9 +41,11 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
                             "(reported in the manifest; default: 256)")
     if decontam:
         d = p.add_argument_group("decontamination")
-        d.add_argument("--protected", action="append", default=[], metavar="FILE",
-                       help="eval/validation file whose 13-grams must not appear in the output (.jsonl: every string "
-                            "value except case_id/id/tags/scorer_args; any other file: its whole text); repeatable")
+        d.add_argument("--protected", action="append", default=[], metavar="PATH",
+                       help="eval/validation file or directory whose 13-grams must not appear in the output; repeatable. "
+                            ".jsonl/.json: every string value except under case_id/id/tags/scorer_args; .parquet: its "
+                            "string columns; other files: the whole text; .gz/.bz2/.xz/.zst read through; a directory: "
+                            "those files below it (see docs/contract.md section 6)")
         d.add_argument("--ngram-size", type=int, default=P.ngram_size, help=f"words per protected n-gram (default: {P.ngram_size})")
 
 
@@ -54,7 +56,9 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
     r.add_argument("--scheduler-file", metavar="FILE", help="scheduler file written by `dask scheduler --scheduler-file`")
     r.add_argument("--n-workers", type=int, help="worker processes of the local cluster (default: one per core)")
     o = p.add_argument_group("output")
-    o.add_argument("--overwrite", action="store_true", help="replace a non-empty OUTPUT once the new output is complete")
+    o.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier dedup output (a directory with _dedup.json) once the new output is complete; "
+                        "any other non-empty OUTPUT is refused")
     o.add_argument("--features-on-disk", action="store_true",
                    help="write intermediate signatures (about 0.5 KB a document) to Parquet next to the output "
                         "instead of keeping them in worker memory; for corpora larger than the cluster's memory")
@@ -64,7 +68,10 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dedup", description=__doc__ or "",
                                      epilog="INPUT: a Parquet file, a directory of shards, a glob or an fsspec URL. "
-                                            "OUTPUT: a directory of Parquet shards plus _dedup.json.")
+                                            "OUTPUT: the same shards (same names, same schema plus minhash_cluster) plus "
+                                            "_dedup.json, the manifest that marks it complete. Exit codes: 0 done, 1 the "
+                                            "run failed, 2 bad usage, 130 interrupted (OUTPUT as it was). The contract: "
+                                            "docs/contract.md.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     specs = [
         ("run", "decontaminate, then near-dedup, in one job", True, True),
@@ -74,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text, near, decontam in specs:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("input", metavar="INPUT", help="Parquet file, directory of shards, glob or URL")
-        p.add_argument("output", metavar="OUTPUT", help="output directory (must be empty unless --overwrite)")
+        p.add_argument("output", metavar="OUTPUT",
+                       help="output directory: new, empty, or an earlier dedup output with --overwrite; never an input, "
+                            "a protected path, the working directory or a parent of any of them")
         _add_algorithm(p, near=near, decontam=decontam)
         _add_runtime(p)
     t = sub.add_parser("tune", help="choose bands x rows for a threshold and print the S-curve",

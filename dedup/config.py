@@ -1,4 +1,4 @@
-"""Algorithm parameters: one frozen, validated dataclass with the SPEC's defaults."""
+"""Algorithm parameters: one frozen, validated dataclass with the defaults of docs/contract.md."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None
 
 @dataclass(frozen=True, kw_only=True)
 class Params:
-    """Near-dedup and decontamination parameters (SPEC defaults).
+    """Near-dedup and decontamination parameters (defaults of docs/contract.md).
 
     num_perm: permutations per signature; num_bands x rows_per_band: LSH banding
     (num_bands * rows_per_band <= num_perm); threshold: Jaccard a confirmed pair must reach;

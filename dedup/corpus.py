@@ -1,4 +1,4 @@
-"""The synthetic corpus of SPEC §7: made-up articles with planted near duplicates.
+"""The synthetic corpus of contract §7: made-up articles with planted near duplicates.
 
 Deterministic for a seed; every document carries its `family` (the id of the original it was
 copied from), so recall and precision can be scored against exact all-pairs Jaccard.

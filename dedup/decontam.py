@@ -1,4 +1,4 @@
-"""Decontamination by the GPT-3 13-gram rule (SPEC §6).
+"""Decontamination by the GPT-3 13-gram rule (contract §6).
 
 A document is contaminated when any of its word n-grams appears in a protected eval text.
 `ProtectedNgrams` holds the protected set as a sorted uint64 hash array (cheap to ship to Dask
@@ -134,6 +134,12 @@ class ProtectedNgrams:
 
     def __len__(self) -> int:
         return len(self.hashes)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays shipped to every worker."""
+        return sum(a.nbytes for a in (self.hashes, self.start, self.end, self.buf, self.rec_offsets, self.rec_ids,
+                                      self.min_record, self.record_file))
 
     def gram_counts(self) -> list[int]:
         """How many distinct n-grams each file holds (independent of the files' order)."""

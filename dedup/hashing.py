@@ -1,4 +1,4 @@
-"""Fixed hashes (SPEC §2): FNV-1a 64, the PCG32 generator and the permutation parameters.
+"""Fixed hashes (contract §2): FNV-1a 64, the PCG32 generator and the permutation parameters.
 
 Everything here is a pure function of its input, so every run, worker and port computes the
 same values. Python's built-in ``hash()`` is salted per process and is never used.
@@ -88,7 +88,7 @@ def span_hashes(buf: NDArray[np.uint8], start: NDArray[np.int64], end: NDArray[n
 
 
 def shingle_hashes(shingles: Iterable[str]) -> NDArray[np.uint64]:
-    """x(s) of SPEC §2: FNV-1a 64 of each shingle's UTF-8 bytes, mod P; uint64 array."""
+    """x(s) of contract §2: FNV-1a 64 of each shingle's UTF-8 bytes, mod P; uint64 array."""
     encoded = [s.encode("utf-8") for s in shingles]
     lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
     end = np.cumsum(lengths)

@@ -1,4 +1,4 @@
-"""LSH banding (SPEC §4): bucket keys, candidate pairs, the S-curve and parameter choice."""
+"""LSH banding (contract §4): bucket keys, candidate pairs, the S-curve and parameter choice."""
 
 from __future__ import annotations
 

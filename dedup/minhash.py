@@ -1,4 +1,4 @@
-"""MinHash signatures (SPEC §3), one document or a whole batch in one pass."""
+"""MinHash signatures (contract §3), one document or a whole batch in one pass."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Words, shingles and Jaccard similarity (SPEC §1).
+"""Words, shingles and Jaccard similarity (contract §1).
 
 The per-document functions here are the reference definitions. `encode_batch` turns a whole
 sequence of texts into one flat UTF-8 buffer with word boundaries, so the hashing kernels can

@@ -1,4 +1,4 @@
-"""Union-find whose root is always the smallest id (SPEC §5).
+"""Union-find whose root is always the smallest id (contract §5).
 
 With the minimum as root, components and their representatives never depend on the order of
 the unions, the input order, partitioning or worker count.

@@ -21,7 +21,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 @pytest.fixture(scope="session")
 def corpus() -> list[CorpusDoc]:
-    """The SPEC §7 corpus, small: about 550 documents."""
+    """The contract §7 corpus, small: about 550 documents."""
     return generate(300, seed=1)
 
 

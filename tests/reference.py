@@ -1,4 +1,4 @@
-"""Plain-Python reference definitions of SPEC §1-3, written independently of the kernels."""
+"""Plain-Python reference definitions of contract §1-3, written independently of the kernels."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad input: each case gets a clear error naming the file, column or row, or is handled per SPEC."""
+"""Bad input: each case gets a clear error naming the file, column or row, or is handled per docs/contract.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §6: the 13-gram rule. A table of texts, each with the reason it is or is not flagged."""
+"""contract §6: the 13-gram rule. A table of texts, each with the reason it is or is not flagged."""
 
 from __future__ import annotations
 

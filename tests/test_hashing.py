@@ -1,4 +1,4 @@
-"""SPEC §2: FNV-1a, PCG32 and the permutation parameters, pinned by their test vectors."""
+"""contract §2: FNV-1a, PCG32 and the permutation parameters, pinned by their test vectors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §4: band keys, candidates, the S-curve and optimal_params."""
+"""contract §4: band keys, candidates, the S-curve and optimal_params."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §5 end to end in memory: confirm, cluster, tag; planted clusters; pitfalls of §8."""
+"""contract §5 end to end in memory: confirm, cluster, tag; planted clusters; pitfalls of §8."""
 
 from __future__ import annotations
 

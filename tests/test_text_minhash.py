@@ -1,4 +1,4 @@
-"""SPEC §1 and §3: words, shingles, Jaccard, signatures and the estimate."""
+"""contract §1 and §3: words, shingles, Jaccard, signatures and the estimate."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ ascii_text = st.text(alphabet=st.characters(max_codepoint=127), max_size=80)
 
 @given(st.lists(st.one_of(st.none(), ascii_text, unicode_text), max_size=8))
 def test_batch_tokeniser_equals_reference_words(texts: list[str | None]) -> None:
-    """The compiled ASCII tokeniser and the Unicode path give exactly SPEC's words, in any mix."""
+    """The compiled ASCII tokeniser and the Unicode path give exactly the contract's words, in any mix."""
     from dedup.text import encode_batch
 
     batch = encode_batch(texts)

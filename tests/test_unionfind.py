@@ -1,4 +1,4 @@
-"""SPEC §5: union-find whose root is the smallest id, whatever the order of unions."""
+"""contract §5: union-find whose root is the smallest id, whatever the order of unions."""
 
 from __future__ import annotations
 
