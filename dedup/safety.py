@@ -19,6 +19,8 @@ import fsspec
 
 MANIFEST = "_dedup.json"
 """The manifest every dedup output holds; its presence marks OUTPUT complete and ours."""
+INCOMPLETE = "_dedup.incomplete"
+"""Marks an object-store OUTPUT whose commit is under way (or failed midway): ours, not complete."""
 
 
 class UsageError(ValueError):
@@ -122,7 +124,7 @@ def _check_existing(fs: fsspec.AbstractFileSystem, root: str, output: str, overw
     if not overwrite:
         raise UsageError(f"OUTPUT {output!r} is not empty; pass --overwrite to replace an earlier dedup output "
                          "(it is replaced only once the new output is complete).")
-    if read_manifest(fs, root) is None:
+    if read_manifest(fs, root) is None and not fs.exists(f"{root}/{INCOMPLETE}"):
         raise UsageError(f"OUTPUT {output!r} holds files dedup did not write (no {MANIFEST}); --overwrite replaces "
                          "only an earlier dedup output or an empty directory. Choose another OUTPUT.")
 

@@ -5,9 +5,10 @@ Every run writes into a hidden sibling of OUTPUT (`.NAME.dedup-tmp-TOKEN`), unde
 - on a local file system, swaps the staging directory and the old OUTPUT in one `renameat2`
   (RENAME_EXCHANGE) call, or renames it into place when there is no OUTPUT yet, and only then
   deletes the old content;
-- on an object store (no directory rename: a "move" is copy-then-delete), deletes the old
-  manifest first, copies the new shards, deletes old shards the new output does not have, and
-  writes the manifest last. The manifest marks OUTPUT complete: readers should check it.
+- on an object store (no directory rename: a "move" is copy-then-delete), marks OUTPUT
+  `_dedup.incomplete`, deletes the old manifest, copies the new shards, deletes old shards the
+  new output does not have, writes the manifest last and removes the mark. The manifest marks
+  OUTPUT complete: readers should check it.
 Interrupts (SIGINT, SIGTERM) that arrive once the commit has started are deferred: the commit
 finishes and the run ends normally, so what the CLI reports always matches what OUTPUT holds.
 """
@@ -31,7 +32,7 @@ from typing import Any
 
 import fsspec
 
-from dedup.safety import MANIFEST, UsageError, is_url
+from dedup.safety import INCOMPLETE, MANIFEST, UsageError, is_url
 
 log = logging.getLogger("dedup")
 
@@ -218,17 +219,19 @@ class Staging:
 
     def _commit_remote(self) -> None:
         new = [f for f in self.files() if f != MANIFEST]
+        self.fs.pipe(f"{self.root}/{INCOMPLETE}", b"a dedup commit is under way or failed midway; rerun with --overwrite\n")
         if self.fs.exists(f"{self.root}/{MANIFEST}"):
             self.fs.rm(f"{self.root}/{MANIFEST}")  # OUTPUT is incomplete from here until the new manifest
         for rel in new:
             self.fs.copy(f"{self.tmp}/{rel}", f"{self.root}/{rel}")
-        keep = set(new) | {MANIFEST}
+        keep = set(new) | {MANIFEST, INCOMPLETE}
         if self.fs.exists(self.root):
             for p in self.fs.find(self.root):
                 if p[len(self.root) + 1:] not in keep:
                     self.fs.rm(p)
         self.fs.copy(f"{self.tmp}/{MANIFEST}", f"{self.root}/{MANIFEST}")
         self.committed = True
+        self.fs.rm(f"{self.root}/{INCOMPLETE}")
         self.fs.rm(self.tmp, recursive=True)
 
     def discard(self) -> None:

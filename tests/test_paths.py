@@ -142,3 +142,43 @@ def test_object_store_output_commits_manifest_last(tmp_path: Path) -> None:
     assert m2["output_rows"] == 3 and m["output_rows"] == 2
     assert not [p for p in fs.ls("/bucket", detail=False) if ".dedup-" in p]  # staging and lock removed
     fs.rm("/bucket", recursive=True)
+
+
+def test_object_store_commit_failing_midway_leaves_no_manifest_and_can_be_rerun(tmp_path: Path) -> None:
+    """A copy that fails mid-commit (as a flaky object store would): OUTPUT has no manifest, the error says so."""
+    import dask
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from dedup.pipeline import run
+
+    class FlakyMemory(MemoryFileSystem):
+        protocol = "flakymem"
+        fail_on: int | None = None
+        calls = 0
+
+        @classmethod
+        def _strip_protocol(cls, path: str) -> str:
+            return MemoryFileSystem._strip_protocol(path.replace("flakymem://", "memory://", 1))
+
+        def cp_file(self, path1: str, path2: str, **kwargs: object) -> None:
+            FlakyMemory.calls += 1
+            if FlakyMemory.fail_on == FlakyMemory.calls:
+                raise OSError("connection reset")
+            super().cp_file(path1, path2, **kwargs)
+
+    fsspec.register_implementation("flakymem", FlakyMemory, clobber=True)
+    src = write_shards(pd.DataFrame({"id": [f"d{i}" for i in range(6)], "text": [f"{TEXT} {i}" for i in range(6)]}),
+                       tmp_path / "in", 6)
+    fs = fsspec.filesystem("flakymem")
+    with dask.config.set({"scheduler": "sync", "dataframe.shuffle.method": "tasks"}):
+        run(str(src), "flakymem://b/out", near=False)
+        FlakyMemory.calls, FlakyMemory.fail_on = 0, 2
+        with pytest.raises(RuntimeError, match=r"OUTPUT has no _dedup.json and is incomplete"):
+            run(str(src), "flakymem://b/out", overwrite=True, drop=False)
+        assert not fs.exists("/b/out/_dedup.json") and fs.exists("/b/out/_dedup.incomplete")
+        FlakyMemory.fail_on = None
+        m = run(str(src), "flakymem://b/out", overwrite=True, drop=False)  # ours, incomplete: may be replaced
+    assert m["output_rows"] == 6 and fs.exists("/b/out/_dedup.json") and not fs.exists("/b/out/_dedup.incomplete")
+    assert not [p for p in fs.ls("/b", detail=False) if ".dedup-" in p]
+    fs.rm("/b", recursive=True)
