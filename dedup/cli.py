@@ -115,11 +115,16 @@ def _params(args: argparse.Namespace) -> Params:
 def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    if not verbose:
-        import distributed  # noqa: F401 - it configures its loggers on import; quiet them after
 
-        for name in ("distributed", "bokeh", "tornado", "numba", "fsspec"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+
+def _quiet_libraries(verbose: bool) -> None:
+    """Silence dask's and its friends' logs (they configure their loggers on import, so call it after)."""
+    if verbose:
+        return
+    import distributed  # noqa: F401
+
+    for name in ("distributed", "bokeh", "tornado", "numba", "fsspec", "asyncio"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _check_runtime(args: argparse.Namespace) -> None:
@@ -135,7 +140,7 @@ def _check_runtime(args: argparse.Namespace) -> None:
 
 def _prepare(args: argparse.Namespace) -> Any:
     """Everything that can be checked without a cluster: parameters, paths, inputs, protected files."""
-    from dedup import pipeline
+    from dedup import plan
 
     _check_runtime(args)
     params = _params(args)
@@ -143,7 +148,7 @@ def _prepare(args: argparse.Namespace) -> Any:
     protected = getattr(args, "protected", [])
     if args.command == "decontaminate" and not protected:
         raise UsageError("`dedup decontaminate` needs at least one --protected FILE.")
-    return pipeline.prepare(args.input, args.output, protected=protected, near=near, id_column=args.id_column,
+    return plan.prepare(args.input, args.output, protected=protected, near=near, id_column=args.id_column,
                             text_column=args.text_column, params=params,
                             drop=not getattr(args, "keep_duplicates", False), overwrite=args.overwrite,
                             max_bucket=getattr(args, "max_bucket", 256), features_on_disk=args.features_on_disk)
@@ -153,6 +158,7 @@ def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
     from dedup import pipeline
     from dedup.runtime import dask_client
 
+    _quiet_libraries(args.verbose)
     try:
         with dask_client(args.scheduler, args.scheduler_file, args.n_workers):
             return pipeline.execute(plan)
@@ -207,6 +213,7 @@ def _demo(args: argparse.Namespace) -> dict[str, Any]:
     prot = root / "protected.jsonl"
     prot.write_text("".join(json.dumps(r) + "\n" for r in protected_example(docs)))
     log.info("demo: wrote %d documents in %d shards to %s and a protected file %s", len(docs), shards, inp, prot)
+    _quiet_libraries(args.verbose)
     with dask_client(n_workers=args.n_workers):
         manifest = pipeline.run(str(inp), str(out), protected=[str(prot)], overwrite=True)
     kept = pd.read_parquet(out)
@@ -218,8 +225,31 @@ def _demo(args: argparse.Namespace) -> dict[str, Any]:
     return manifest
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(signum)
+class _Interrupts:
+    """SIGINT/SIGTERM: stop the run while OUTPUT is untouched; once it has been replaced, finish instead."""
+
+    def __init__(self) -> None:
+        self.plan: Any = None
+        self.ignored = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        from dedup.staging import INTERRUPT_REQUESTED
+
+        if self.plan is not None and self.plan.staging.committed:
+            if not self.ignored:
+                log.warning("interrupt received after OUTPUT was replaced: finishing")
+            self.ignored = True
+            return
+        INTERRUPT_REQUESTED.set()
+        raise KeyboardInterrupt(signum)
+
+
+def _unraisable(hook: Any) -> Any:
+    """sys.unraisablehook that drops interrupts landing in finalisers (they are handled), prints the rest."""
+    def quiet(info: Any) -> None:
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            hook(info)
+    return quiet
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # Kubernetes stops pods with SIGTERM
+    interrupts = _Interrupts()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # Kubernetes stops pods with SIGTERM
+        signal.signal(sig, interrupts)
+    if not args.verbose:
+        sys.unraisablehook = _unraisable(sys.unraisablehook)
     stage = "usage"
     plan = None
     try:
@@ -240,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             _demo(args)
             return 0
         start = time.perf_counter()
-        plan = _prepare(args)
+        plan = interrupts.plan = _prepare(args)
         stage = "run"
         manifest = _execute(args, plan)
         print(_summary(manifest))

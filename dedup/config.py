@@ -8,9 +8,21 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dedup.lsh import check_banding
+import numpy as np
 
 CONFIRM_MODES = ("estimate", "exact")
+
+
+def check_banding(num_bands: int, rows_per_band: int, num_perm: int) -> None:
+    """Raise unless num_bands and rows_per_band are >= 1 and num_bands * rows_per_band <= num_perm."""
+    for name, value in (("num_bands", num_bands), ("rows_per_band", rows_per_band), ("num_perm", num_perm)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"The {name!r} parameter must be an integer >= 1. Got {value!r} instead.")
+    if num_bands * rows_per_band > num_perm:
+        raise ValueError(
+            f"num_bands * rows_per_band must be <= num_perm. Got {num_bands} * {rows_per_band} = "
+            f"{num_bands * rows_per_band} > {num_perm}: lower one of them or raise num_perm."
+        )
 
 
 def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None:

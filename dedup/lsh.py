@@ -9,22 +9,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from dedup.config import check_banding
 from dedup.hashing import FNV_OFFSET, FNV_PRIME, MERSENNE_P
 
 NO_KEY = np.uint64(0)
 """The band key of a document without shingles: it is never put in a bucket."""
-
-
-def check_banding(num_bands: int, rows_per_band: int, num_perm: int) -> None:
-    """Raise unless num_bands and rows_per_band are >= 1 and num_bands * rows_per_band <= num_perm."""
-    for name, value in (("num_bands", num_bands), ("rows_per_band", rows_per_band), ("num_perm", num_perm)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"The {name!r} parameter must be an integer >= 1. Got {value!r} instead.")
-    if num_bands * rows_per_band > num_perm:
-        raise ValueError(
-            f"num_bands * rows_per_band must be <= num_perm. Got {num_bands} * {rows_per_band} = "
-            f"{num_bands * rows_per_band} > {num_perm}: lower one of them or raise num_perm."
-        )
 
 
 def band_keys(signatures: ArrayLike, *, num_bands: int = 16, rows_per_band: int = 8) -> NDArray[np.uint64]:

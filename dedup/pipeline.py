@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 import dask
 import dask.dataframe as dd
@@ -26,53 +25,13 @@ from dedup import shards as shards_mod
 from dedup.config import Params
 from dedup.decontam import PathLike, ProtectedNgrams
 from dedup.near import confirm_pairs
-from dedup.safety import MANIFEST, UsageError, check_output, expand_protected, input_places
-from dedup.staging import Staging, deferred_interrupts
+from dedup.plan import DEFAULT_MAX_BUCKET, Plan, Report, Stage, prepare
+from dedup.safety import MANIFEST
+from dedup.staging import deferred_interrupts
 from dedup.text import encode_batch
 from dedup.unionfind import components
 
 log = logging.getLogger("dedup")
-
-DEFAULT_MAX_BUCKET = 256
-"""Distinct texts in one bucket above which all-pairs is replaced by star edges (reported)."""
-
-
-@dataclass
-class Report:
-    """What a run found, for the manifest; counts add up."""
-
-    input_rows: int = 0
-    contaminated: int = 0
-    contaminated_by_file: dict[str, int] = field(default_factory=dict)
-    contaminated_by_record: list[dict[str, Any]] = field(default_factory=list)
-    contaminated_records: int = 0
-    near_duplicates: int = 0
-    clusters: int = 0
-    largest_cluster: int = 0
-    candidate_pairs: int = 0
-    confirmed_pairs: int = 0
-    same_text_pairs: int = 0
-    approximated_buckets: int = 0
-    largest_approximated_bucket: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
-
-
-class _Stage:
-    """Times one stage into the report and logs one line for it: what it did, and its seconds."""
-
-    def __init__(self, report: Report, name: str) -> None:
-        self.report, self.name = report, name
-        self.summary = ""
-
-    def __enter__(self) -> Self:
-        self.start = time.perf_counter()
-        return self
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        secs = time.perf_counter() - self.start
-        self.report.seconds[self.name] = round(self.report.seconds.get(self.name, 0.0) + secs, 3)
-        if exc_type is None:
-            log.info("%s: %s (%.1f s)", self.name, self.summary or "done", secs)
 
 
 def _compute(*collections: Any, retries: int = 2) -> Any:
@@ -159,7 +118,7 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
     The unique-id check runs in the same computation as the buckets (two shuffles at once) and
     raises before anything is written.
     """
-    with _Stage(report, "buckets") as stage:
+    with Stage(report, "buckets") as stage:
         long = feat.map_partitions(frames.long_form, params, meta=frames.LONG_META)
         k = npartitions or max(1, long.npartitions)
         buckets = long.shuffle(on=["band", "key"], npartitions=k)
@@ -178,7 +137,7 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
                         "not all pairs", len(sizes), max_bucket, sizes.max())
         same_l, same_r, cand_l, cand_r = _edges_to_confirm(all_edges)
         stage.summary = f"{len(cand_l)} candidate pairs, {len(same_l)} same-text pairs"
-    with _Stage(report, "confirm") as stage:
+    with Stage(report, "confirm") as stage:
         wanted = np.unique(np.concatenate([same_l, same_r, cand_l, cand_r]))
         wanted_f = _shared(wanted)
         if params.confirm == "estimate":  # everything needed is in the persisted features
@@ -203,7 +162,7 @@ def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text
         report.confirmed_pairs = int(ok.sum())
         report.same_text_pairs = len(same_l)
         stage.summary = f"{ok.sum()} of {len(ok)} candidate pairs reach {params.threshold:.3f} ({params.confirm})"
-    with _Stage(report, "union-find") as stage:
+    with Stage(report, "union-find") as stage:
         members, root_keys = components(np.concatenate([same_l, cand_l[ok]]), np.concatenate([same_r, cand_r[ok]]))
         ids = table["_id"].to_numpy()[np.searchsorted(keys, members)]
         frame = pd.DataFrame({"root": root_keys, "id": ids})
@@ -299,7 +258,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
 
     Features hold, per row and in input order, the doc key, the id and the contamination source.
     """
-    with _Stage(report, "features") as stage:
+    with Stage(report, "features") as stage:
         feat = _materialise(_features(ddf, id_column, text_column, params, protected), features_dir)
         counts = feat.map_partitions(
             lambda f: pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
@@ -411,69 +370,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-@dataclass
-class Plan:
-    """A validated job: inputs read to their footers, OUTPUT checked and locked, protected n-grams built.
-
-    Made by `prepare` before any cluster starts, so every usage error surfaces in seconds;
-    `execute` runs it on the active client. `close` releases OUTPUT's lock (execute does).
-    """
-
-    input: str
-    output: str
-    shards: list[shards_mod.Shard]
-    schema: pa.Schema
-    groups: list[list[int]]
-    protected: ProtectedNgrams | None
-    params: Params
-    near: bool
-    drop: bool
-    id_column: str
-    text_column: str
-    max_bucket: int
-    retries: int
-    features_on_disk: bool
-    staging: Staging
-    report: Report
-    start: float
-
-    def close(self) -> None:
-        self.staging.close()
-
-
-def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
-            text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
-            max_bucket: int = DEFAULT_MAX_BUCKET, retries: int = 2, features_on_disk: bool = False,
-            partition_rows: int = shards_mod.PARTITION_ROWS) -> Plan:
-    """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right."""
-    start = time.perf_counter()
-    params = params or Params()
-    report = Report()
-    if isinstance(max_bucket, bool) or not isinstance(max_bucket, int) or max_bucket < 2:
-        raise UsageError(f"The 'max_bucket' parameter must be an integer >= 2. Got {max_bucket!r} instead.")
-    if isinstance(partition_rows, bool) or not isinstance(partition_rows, int) or partition_rows < 1:
-        raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {partition_rows!r} instead.")
-    files = shards_mod.discover(input)
-    prot_paths = expand_protected([str(p) for p in protected])
-    check_output(output, inputs=input_places(input, files), protected=prot_paths, overwrite=overwrite)
-    found = shards_mod.read_footers(files)
-    schema = shards_mod.unify(found)
-    shards_mod.check_columns(found, schema, id_column, text_column)
-    prot = None
-    if prot_paths:
-        with _Stage(report, "protected") as stage:
-            prot = ProtectedNgrams.from_paths(prot_paths, params.ngram_size)
-            report.contaminated_by_file = dict.fromkeys(prot.files, 0)
-            for name, count in zip(prot.files, prot.gram_counts()):
-                if count == 0:
-                    log.warning("protected file %s holds no %d-gram: it protects nothing", name, params.ngram_size)
-            stage.summary = f"{len(prot)} distinct {params.ngram_size}-grams from {len(prot.files)} file(s)"
-    staging = Staging(output)
-    groups = shards_mod.partitions(found, rows=partition_rows)
-    return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, max_bucket,
-                retries, features_on_disk, staging, report, start)
-
-
 def _read_group(group: list[shards_mod.Shard], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
     return shards_mod.read_features_input(group, id_column, text_column, id_type)
 
@@ -532,7 +428,7 @@ def execute(plan: Plan) -> dict[str, Any]:
                     text_column=plan.text_column, params=params, max_bucket=plan.max_bucket, report=report,
                     files=[s.path for s in plan.shards],
                     features_dir=staging.url + "/_features" if plan.features_on_disk else None)
-                with _Stage(report, "write") as stage:
+                with Stage(report, "write") as stage:
                     shared = _shared((groups, plan.schema))
                     writes = feat[["doc", "source", "_id"]].map_partitions(
                         _write_group, shared, plan.id_column, _shared(members), _shared(roots), plan.drop and plan.near, plan.near,

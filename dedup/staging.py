@@ -55,6 +55,10 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, f"could not swap {b!r} with the new output: {os.strerror(err)}")
 
 
+INTERRUPT_REQUESTED = threading.Event()
+"""Set by the CLI's signal handler: a commit that has not started yet must not start."""
+
+
 class _Deferred:
     """Signals received while a commit runs, recorded instead of raised."""
 
@@ -197,6 +201,8 @@ class Staging:
     # -- publishing -------------------------------------------------------------------------------
     def commit(self) -> None:
         """Publish the staging directory as OUTPUT (the caller defers interrupts around this)."""
+        if INTERRUPT_REQUESTED.is_set():  # an interrupt whose KeyboardInterrupt was swallowed somewhere
+            raise KeyboardInterrupt
         if self.remote:
             self._commit_remote()
         else:

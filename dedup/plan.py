@@ -1,0 +1,134 @@
+"""Everything a job checks before any cluster starts, and the report it fills as it runs.
+
+`prepare` reads no data and imports no Dask: parameters, paths, OUTPUT's lock, every input
+footer and the unified schema, and the protected n-grams. So a usage error answers in about a
+second, and a job that starts has inputs and an OUTPUT it can use.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Self
+
+import pyarrow as pa
+
+from dedup import shards as shards_mod
+from dedup.config import Params
+from dedup.safety import UsageError, check_output, expand_protected, input_places
+from dedup.staging import Staging
+
+if TYPE_CHECKING:
+    from dedup.decontam import PathLike, ProtectedNgrams
+
+log = logging.getLogger("dedup")
+
+DEFAULT_MAX_BUCKET = 256
+"""Distinct texts in one bucket above which all-pairs is replaced by star edges (reported)."""
+
+
+@dataclass
+class Report:
+    """What a run found, for the manifest; counts add up."""
+
+    input_rows: int = 0
+    contaminated: int = 0
+    contaminated_by_file: dict[str, int] = field(default_factory=dict)
+    contaminated_by_record: list[dict[str, Any]] = field(default_factory=list)
+    contaminated_records: int = 0
+    near_duplicates: int = 0
+    clusters: int = 0
+    largest_cluster: int = 0
+    candidate_pairs: int = 0
+    confirmed_pairs: int = 0
+    same_text_pairs: int = 0
+    approximated_buckets: int = 0
+    largest_approximated_bucket: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+class Stage:
+    """Times one stage into the report and logs one line for it: what it did, and its seconds."""
+
+    def __init__(self, report: Report, name: str) -> None:
+        self.report, self.name = report, name
+        self.summary = ""
+
+    def __enter__(self) -> Self:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        secs = time.perf_counter() - self.start
+        self.report.seconds[self.name] = round(self.report.seconds.get(self.name, 0.0) + secs, 3)
+        if exc_type is None:
+            log.info("%s: %s (%.1f s)", self.name, self.summary or "done", secs)
+
+
+@dataclass
+class Plan:
+    """A validated job: inputs read to their footers, OUTPUT checked and locked, protected n-grams built.
+
+    Made by `prepare` before any cluster starts, so every usage error surfaces in seconds;
+    `execute` runs it on the active client. `close` releases OUTPUT's lock (execute does).
+    """
+
+    input: str
+    output: str
+    shards: list[shards_mod.Shard]
+    schema: pa.Schema
+    groups: list[list[int]]
+    protected: ProtectedNgrams | None
+    params: Params
+    near: bool
+    drop: bool
+    id_column: str
+    text_column: str
+    max_bucket: int
+    retries: int
+    features_on_disk: bool
+    staging: Staging
+    report: Report
+    start: float
+
+    def close(self) -> None:
+        self.staging.close()
+
+
+def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
+            text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
+            max_bucket: int = DEFAULT_MAX_BUCKET, retries: int = 2, features_on_disk: bool = False,
+            partition_rows: int = shards_mod.PARTITION_ROWS) -> Plan:
+    """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right."""
+    start = time.perf_counter()
+    params = params or Params()
+    report = Report()
+    if isinstance(max_bucket, bool) or not isinstance(max_bucket, int) or max_bucket < 2:
+        raise UsageError(f"The 'max_bucket' parameter must be an integer >= 2. Got {max_bucket!r} instead.")
+    if isinstance(partition_rows, bool) or not isinstance(partition_rows, int) or partition_rows < 1:
+        raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {partition_rows!r} instead.")
+    files = shards_mod.discover(input)
+    prot_paths = expand_protected([str(p) for p in protected])
+    check_output(output, inputs=input_places(input, files), protected=prot_paths, overwrite=overwrite)
+    found = shards_mod.read_footers(files)
+    schema = shards_mod.unify(found)
+    shards_mod.check_columns(found, schema, id_column, text_column)
+    prot = None
+    if prot_paths:
+        from dedup.decontam import ProtectedNgrams
+
+        with Stage(report, "protected") as stage:
+            prot = ProtectedNgrams.from_paths(prot_paths, params.ngram_size)
+            report.contaminated_by_file = dict.fromkeys(prot.files, 0)
+            for name, count in zip(prot.files, prot.gram_counts()):
+                if count == 0:
+                    log.warning("protected file %s holds no %d-gram: it protects nothing", name, params.ngram_size)
+            stage.summary = f"{len(prot)} distinct {params.ngram_size}-grams from {len(prot.files)} file(s)"
+    staging = Staging(output)
+    groups = shards_mod.partitions(found, rows=partition_rows)
+    return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, max_bucket,
+                retries, features_on_disk, staging, report, start)
+
+
