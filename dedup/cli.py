@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dedup.config import CONFIRM_MODES, Params
+from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, CONFIRM_MODES, Params
 from dedup.safety import UsageError
 
 log = logging.getLogger("dedup")
@@ -36,9 +36,13 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
                        help="confirm candidates by signature estimate or by exact shingle Jaccard (default: estimate)")
         a.add_argument("--keep-duplicates", action="store_true",
                        help="keep every row, tagged with minhash_cluster, instead of dropping non-roots")
-        a.add_argument("--max-bucket", type=int, default=256,
+        a.add_argument("--max-bucket", type=int, default=P.max_bucket,
                        help="distinct texts in one LSH bucket above which pairs are approximated by star edges "
-                            "(reported in the manifest; default: 256)")
+                            f"(reported in the manifest; default: {P.max_bucket})")
+        a.add_argument("--components", choices=COMPONENT_MODES, default="auto",
+                       help="where connected components are found: on the client (a vectorised union-find over the "
+                            "confirmed edges, about 50 bytes an edge) or on the cluster (large-star/small-star "
+                            f"shuffles); auto: the client up to {CLIENT_COMPONENT_EDGES:,} edges (default: auto)")
     if decontam:
         d = p.add_argument_group("decontamination")
         d.add_argument("--protected", action="append", default=[], metavar="PATH",
@@ -106,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _params(args: argparse.Namespace) -> Params:
     fields = {}
-    for name in ("num_perm", "num_bands", "rows_per_band", "threshold", "shingle_size", "seed", "confirm", "ngram_size"):
+    for name in ("num_perm", "num_bands", "rows_per_band", "threshold", "shingle_size", "seed", "confirm", "ngram_size",
+                 "max_bucket"):
         if hasattr(args, name):
             fields[name] = getattr(args, name)
     return Params(**fields)
@@ -151,7 +156,7 @@ def _prepare(args: argparse.Namespace) -> Any:
     return plan.prepare(args.input, args.output, protected=protected, near=near, id_column=args.id_column,
                             text_column=args.text_column, params=params,
                             drop=not getattr(args, "keep_duplicates", False), overwrite=args.overwrite,
-                            max_bucket=getattr(args, "max_bucket", 256), features_on_disk=args.features_on_disk)
+                            components=getattr(args, "components", "auto"), features_on_disk=args.features_on_disk)
 
 
 def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:

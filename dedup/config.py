@@ -11,6 +11,10 @@ from typing import Any
 import numpy as np
 
 CONFIRM_MODES = ("estimate", "exact")
+COMPONENT_MODES = ("auto", "client", "distributed")
+CLIENT_COMPONENT_EDGES = 20_000_000
+"""`components="auto"` joins the confirmed edges on the client up to this many (16 bytes each there,
+about 50 while the union-find runs), on the cluster beyond."""
 
 
 def check_banding(num_bands: int, rows_per_band: int, num_perm: int) -> None:
@@ -40,7 +44,8 @@ class Params:
     (num_bands * rows_per_band <= num_perm); threshold: Jaccard a confirmed pair must reach;
     shingle_size: words per shingle; seed: PCG32 seed of the permutations; confirm: "estimate"
     (signature agreement) or "exact" (exact shingle-set Jaccard); ngram_size: words per
-    decontamination n-gram.
+    decontamination n-gram; max_bucket: distinct texts in one LSH bucket above which its texts
+    are joined by star edges instead of all pairs (counted in the manifest).
     """
 
     num_perm: int = 128
@@ -51,6 +56,7 @@ class Params:
     seed: int = 0
     confirm: str = "estimate"
     ngram_size: int = 13
+    max_bucket: int = 256
 
     def __post_init__(self) -> None:
         _check_int("num_perm", self.num_perm, 1, 65536)
@@ -59,6 +65,7 @@ class Params:
         _check_int("shingle_size", self.shingle_size, 1)
         _check_int("ngram_size", self.ngram_size, 1)
         _check_int("seed", self.seed, 0, 2**64 - 1)
+        _check_int("max_bucket", self.max_bucket, 2)
         check_banding(self.num_bands, self.rows_per_band, self.num_perm)
         t = self.threshold
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:

@@ -26,20 +26,34 @@ KIND_CANDIDATE = 0
 KIND_SAME_TEXT = 1
 """An edge between documents with identical words (Jaccard 1): confirmed by construction."""
 KIND_APPROX = 2
-"""A candidate edge from a bucket too large for all pairs: star edges to the bucket's first member."""
+"""A candidate edge from a bucket too large for all pairs: from the bucket's centre (its smallest text
+hash, so the choice depends on texts only) to each other member; left is the centre."""
 
 
 def sig_columns(num_perm: int) -> list[str]:
     return [f"h{i:03d}" for i in range(num_perm)]
 
 
-def doc_keys(ids: pd.Series) -> NDArray[np.int64]:
-    """A stable int64 key per document id: integer ids as they are, other ids hashed (64 bit)."""
-    if pd.api.types.is_integer_dtype(ids.dtype):
-        # null ids (nullable integer columns) are found and reported before any output is written
-        return ids.fillna(0).to_numpy(dtype=np.int64) if ids.hasnans else ids.to_numpy(dtype=np.int64)
-    values = ids.astype(object).to_numpy()
-    return pd.util.hash_array(values, categorize=False).view(np.int64)
+ROW_BITS = 32
+"""A document's key is (partition index << ROW_BITS) | row: unique by construction, never a hash of its id."""
+
+
+def doc_keys(partition: int, n: int) -> NDArray[np.int64]:
+    """The keys of the n rows of one partition."""
+    if n >= 1 << ROW_BITS or partition >= 1 << (63 - ROW_BITS):
+        raise ValueError(f"Partition {partition} has {n} rows; at most {1 << ROW_BITS} rows a partition and "
+                         f"{1 << (63 - ROW_BITS)} partitions are supported.")
+    return (np.int64(partition) << ROW_BITS) | np.arange(n, dtype=np.int64)
+
+
+def key_partition(keys: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The partition a document key belongs to."""
+    return keys >> ROW_BITS
+
+
+def key_row(keys: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The row inside its partition of a document key."""
+    return keys & ((1 << ROW_BITS) - 1)
 
 
 def texts_of(column: pd.Series) -> list[str | None]:
@@ -70,8 +84,8 @@ def features_meta(num_perm: int, id_dtype: Any) -> pd.DataFrame:
 
 
 def features(part: pd.DataFrame, id_column: str, text_column: str, params: Params,
-             protected: ProtectedNgrams | None) -> pd.DataFrame:
-    """Per document: id, integer key, two text hashes, contamination source and MinHash signature.
+             protected: ProtectedNgrams | None, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Per document: id, key (partition, row), two text hashes, contamination source and MinHash signature.
 
     tkey/tkey2: two independent 64-bit hashes of the document's words (0 for a document with
     no words or a contaminated one: such documents take no part in near-dedup).
@@ -101,7 +115,8 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
     active = has_words & (source < 0)
     tkey[~active] = 0
     tkey2[~active] = 0
-    out = pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(part[id_column]), "tkey": tkey,
+    number = partition_info["number"] if partition_info else 0
+    out = pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(number, n), "tkey": tkey,
                         "tkey2": tkey2, "source": source.astype(np.int32)},
                        index=range(n))
     sig_frame = pd.DataFrame(sigs, columns=sig_columns(params.num_perm))
@@ -171,8 +186,10 @@ def bucket_edges(long: pd.DataFrame, max_bucket: int) -> pd.DataFrame:
 
     Same-text members of a bucket collapse to their smallest key (KIND_SAME_TEXT edges); the
     distinct texts of a bucket are paired all against all (KIND_CANDIDATE) when there are at
-    most `max_bucket` of them, otherwise joined by star edges from the smallest key (KIND_APPROX),
-    so (band, left) of those edges names the bucket.
+    most `max_bucket` of them, otherwise joined by star edges from the member with the smallest
+    text hash (KIND_APPROX, left = the centre, so (band, left) names the bucket). Candidate and
+    same-text edges have left < right. Choices depend on texts, never on document keys, so the
+    edges between texts do not depend on how the corpus is partitioned.
     """
     if long.empty:
         return EDGE_META.copy()
@@ -204,7 +221,7 @@ def bucket_edges(long: pd.DataFrame, max_bucket: int) -> pd.DataFrame:
     big_first = np.cumsum(big_sizes) - big_sizes
     big_pos = np.repeat(starts[big], big_sizes) + (np.arange(big_sizes.sum()) - np.repeat(big_first, big_sizes))
     if len(big_pos):
-        center = np.minimum.reduceat(rep_doc[big_pos], big_first)
+        center = rep_doc[big_pos][big_first]  # members are sorted by text hash: the first is the centre
         star_l = np.repeat(center, big_sizes)
         not_center = rep_doc[big_pos] != star_l
         star_l, star_r, star_band = star_l[not_center], rep_doc[big_pos][not_center], rep_band[big_pos][not_center]
@@ -219,46 +236,122 @@ def bucket_edges(long: pd.DataFrame, max_bucket: int) -> pd.DataFrame:
         np.full(len(star_l), KIND_APPROX, np.uint8),
     ])
     bands = np.concatenate([band[dup], rep_band[li], star_band]).astype(np.uint8)
-    lo, hi = np.minimum(left, right), np.maximum(left, right)
+    approx = kind == KIND_APPROX
+    lo = np.where(approx, left, np.minimum(left, right))
+    hi = np.where(approx, right, np.maximum(left, right))
     return pd.DataFrame({"left": lo, "right": hi, "kind": kind, "band": bands})
 
 
-def select_docs(feat: pd.DataFrame, wanted: NDArray[np.int64], columns: list[str]) -> pd.DataFrame:
-    """Rows of `feat` whose doc key is in the sorted array `wanted`."""
-    doc = feat["doc"].to_numpy(dtype=np.int64)
-    pos = np.searchsorted(wanted, doc)
-    pos[pos == len(wanted)] = 0
-    hit = (wanted[pos] == doc) if len(wanted) else np.zeros(len(doc), dtype=bool)
-    return feat.loc[hit, columns].reset_index(drop=True)
+PAIR_META = pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64)})
 
 
-def row_decisions(feat: pd.DataFrame, members: NDArray[np.int64], roots: NDArray[Any],
-                  drop: bool) -> tuple[NDArray[np.bool_], NDArray[Any]]:
+def unique_pairs(edges: pd.DataFrame) -> pd.DataFrame:
+    """Edges as distinct (left < right) pairs, sorted: one row per pair, whatever the number of bands."""
+    lo = np.minimum(edges["left"].to_numpy(np.int64), edges["right"].to_numpy(np.int64))
+    hi = np.maximum(edges["left"].to_numpy(np.int64), edges["right"].to_numpy(np.int64))
+    if len(lo) == 0:
+        return PAIR_META.copy()
+    pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
+    return pd.DataFrame({"left": pairs[:, 0], "right": pairs[:, 1]})
+
+
+def left_payload_meta(params: Params) -> pd.DataFrame:
+    cols: dict[str, Any] = {"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64)}
+    if params.confirm == "estimate":
+        for c in sig_columns(params.num_perm):
+            cols[c] = pd.Series(dtype=np.uint32)
+    else:
+        cols["_text"] = pd.Series(dtype=object)
+    return pd.DataFrame(cols)
+
+
+def pairs_with_left(edges: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
+                    params: Params) -> pd.DataFrame:
+    """At the partition of each pair's left document: one row per distinct pair, with what confirming
+    it needs from the left side (its signature, or for exact Jaccard its text)."""
+    pairs = unique_pairs(edges)
+    rows = key_row(pairs["left"].to_numpy(np.int64))
+    if params.confirm == "estimate":
+        sigs = feat[sig_columns(params.num_perm)].to_numpy()[rows]
+        return pd.concat([pairs, pd.DataFrame(sigs, columns=sig_columns(params.num_perm))], axis=1)
+    assert part is not None
+    texts = texts_of(part[text_column])
+    return pairs.assign(_text=pd.Series([texts[r] for r in rows], dtype=object))
+
+
+def confirm_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
+                     params: Params) -> pd.DataFrame:
+    """At the partition of each pair's right document: the pairs that reach the threshold."""
+    from dedup.near import confirm_pairs
+
+    n = len(rows)
+    if n == 0:
+        return PAIR_META.copy()
+    right_rows = key_row(rows["right"].to_numpy(np.int64))
+    li, ri = np.arange(n), np.arange(n, 2 * n)
+    if params.confirm == "estimate":
+        cols = sig_columns(params.num_perm)
+        sigs = np.concatenate([rows[cols].to_numpy(np.uint32), feat[cols].to_numpy(np.uint32)[right_rows]])
+        ok = confirm_pairs(li, ri, params, sigs=sigs)
+    else:
+        assert part is not None
+        texts = texts_of(part[text_column])
+        ok = confirm_pairs(li, ri, params, texts=list(rows["_text"]) + [texts[r] for r in right_rows])
+    return rows.loc[ok, ["left", "right"]].reset_index(drop=True)
+
+
+MEMBER_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "label": pd.Series(dtype=np.int64)})
+
+
+def with_ids(members: pd.DataFrame, feat: pd.DataFrame) -> pd.DataFrame:
+    """(doc, label) rows at their documents' partition, given each document's id."""
+    ids = feat["_id"].to_numpy()[key_row(members["doc"].to_numpy(np.int64))]
+    return members[["doc", "label"]].reset_index(drop=True).assign(_id=ids)
+
+
+def roots_of_components(rows: pd.DataFrame) -> pd.DataFrame:
+    """(doc, root) for every member, where root is the smallest id of its component (all of a
+    component's rows are in this partition): numeric order for integer ids, string order otherwise."""
+    if rows.empty:
+        return pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": rows["_id"].iloc[:0]})
+    rows = rows.drop_duplicates("doc")
+    ids = rows["_id"]
+    if not pd.api.types.is_integer_dtype(ids.dtype):
+        ids = ids.astype(object)
+    root = ids.groupby(rows["label"].to_numpy()).transform("min")
+    return pd.DataFrame({"doc": rows["doc"].to_numpy(np.int64), "root": root.to_numpy()})
+
+
+def component_counts(roots: pd.DataFrame) -> pd.DataFrame:
+    """Members, clusters and the largest cluster in one partition of `roots_of_components` output."""
+    sizes = roots.groupby("root").size() if len(roots) else pd.Series(dtype=np.int64)
+    return pd.DataFrame({"members": [len(roots)], "clusters": [len(sizes)],
+                         "largest": [int(sizes.max()) if len(sizes) else 0]})
+
+
+def row_decisions(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool) -> tuple[NDArray[np.bool_], NDArray[Any]]:
     """Per row of a features partition: keep it?, and its cluster root id (its own id when alone).
 
-    members: sorted int64 doc keys of documents in a cluster of two or more; roots: their root
-    ids (int64 for integer ids, str otherwise). Contaminated rows are never kept; with drop,
-    only roots are.
+    roots: (doc, root) of this partition's documents that are in a cluster of two or more
+    (root ids are int64 for integer ids, str otherwise). Contaminated rows are never kept; with
+    drop, only roots are.
     """
-    doc = feat["doc"].to_numpy(dtype=np.int64)
     own = feat["_id"].to_numpy(dtype=np.int64 if pd.api.types.is_integer_dtype(feat["_id"].dtype) else object)
     cluster = own.copy()
-    if len(members):
-        pos = np.searchsorted(members, doc)
-        pos[pos == len(members)] = 0
-        hit = members[pos] == doc
-        cluster[hit] = roots[pos[hit]]
+    if roots is not None and len(roots):
+        rows = key_row(roots["doc"].to_numpy(np.int64))
+        cluster[rows] = roots["root"].to_numpy()
     keep = feat["source"].to_numpy() < 0
     if drop:
         keep &= cluster == own
     return keep, cluster
 
 
-def attach_roots(part: pd.DataFrame, feat: pd.DataFrame, id_column: str, members: NDArray[np.int64],
-                 roots: NDArray[Any], drop: bool, tag: bool = True) -> pd.DataFrame:
+def attach_roots(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, id_column: str, drop: bool,
+                 tag: bool = True) -> pd.DataFrame:
     """Add `minhash_cluster` (the root id, typed like the id column) and drop contaminated rows
     (and non-roots if drop). With tag=False (decontamination only) no column is added."""
-    keep, cluster = row_decisions(feat, members, roots, drop)
+    keep, cluster = row_decisions(feat, roots, drop)
     if not tag:
         return part[keep]
     out = part.copy()

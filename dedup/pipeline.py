@@ -1,55 +1,48 @@
-"""The Dask job: Parquet shards in, near-duplicates tagged or dropped, contaminated rows removed.
+"""The Dask job: Parquet shards in, near duplicates tagged or dropped, contaminated rows removed.
 
-Stages (each a pure function in `dedup.frames`, orchestrated here):
-features (signatures, text hashes, contamination) -> long form (band, key, doc) -> shuffle on
-(band, key) -> bucket edges -> confirm on the client -> min-root union-find -> roots merged back
-partition by partition (no reshuffle of documents, row order kept).
+`analyse` runs the stages of `dedup.stages` top to bottom, each logging one line with its
+counts and seconds:
+
+    features -> [contamination] -> unique ids -> buckets -> confirm -> components -> roots
+
+and `execute` writes every input file back through Arrow with the decisions of its rows, then
+commits OUTPUT atomically. `process`, `near_dedup` and `decontaminate` do the same on a Dask
+DataFrame of your own and return it lazily.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from numpy.typing import NDArray
 
-from dedup import frames, io
+from dedup import frames, io, stages
 from dedup import shards as shards_mod
-from dedup.config import Params
+from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
 from dedup.decontam import PathLike, ProtectedNgrams
-from dedup.near import confirm_pairs
-from dedup.plan import DEFAULT_MAX_BUCKET, Plan, Report, Stage, prepare
-from dedup.safety import MANIFEST
+from dedup.plan import Plan, Report, Stage, prepare
+from dedup.runtime import compute, shared
+from dedup.safety import MANIFEST, UsageError
 from dedup.staging import deferred_interrupts
-from dedup.text import encode_batch
-from dedup.unionfind import components
 
 log = logging.getLogger("dedup")
 
 
-def _compute(*collections: Any, retries: int = 2) -> Any:
-    """dask.compute on the active client with retries (dask.annotate(retries=) is ignored); on the
-    local scheduler when no client exists or `dask.config.set(scheduler="sync"|"threads")` asks for it."""
-    if dask.config.get("scheduler", None) not in (None, "dask.distributed"):
-        return dask.compute(*collections)
-    try:
-        from distributed import get_client
 
-        client = get_client()
-    except (ImportError, ValueError):
-        return dask.compute(*collections)
-    futures = client.compute(list(collections), retries=retries)
-    from dedup.runtime import show_progress
+@dataclass
+class Decisions:
+    """What `analyse` decided: persisted features (doc key, id, contamination per row, in input
+    order) and, with near-dedup, (doc, root) of every clustered document routed to its partition."""
 
-    show_progress(futures)
-    return client.gather(futures)
+    feat: dd.DataFrame
+    roots: dd.DataFrame | None
 
 
 def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:
@@ -68,228 +61,72 @@ def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:
         raise ValueError("The input already has a 'minhash_cluster' column; rename or drop it first.")
 
 
-def _shared(value: Any) -> Any:
-    """`value` as one graph node that every partition's task depends on.
-
-    A delayed value, not a scattered future: the scheduler keeps it in the graph, so a worker
-    killed mid-run loses nothing that cannot be recomputed (a scattered future would be gone).
-    """
-    return dask.delayed(value, pure=True, traverse=False)
-
-
-def _edges_to_confirm(edges: pd.DataFrame) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
-    def unique_pairs(df: pd.DataFrame) -> NDArray[np.int64]:
-        if df.empty:
-            return np.zeros((0, 2), np.int64)
-        return np.unique(df[["left", "right"]].to_numpy(dtype=np.int64), axis=0)
-
-    same = unique_pairs(edges[edges["kind"] == frames.KIND_SAME_TEXT])
-    cand = unique_pairs(edges[edges["kind"] != frames.KIND_SAME_TEXT])
-    return same[:, 0], same[:, 1], cand[:, 0], cand[:, 1]
-
-
-def _repeated_keys(feat: dd.DataFrame) -> dd.DataFrame:
-    """Lazily: the (doc, _id) rows whose doc key occurs more than once."""
-    keys = feat[["doc", "_id"]]
-    return keys.shuffle(on="doc").map_partitions(lambda d: d[d["doc"].duplicated(keep=False)], meta=keys._meta)
-
-
-def _check_unique_keys(found: pd.DataFrame, id_column: str, files: Sequence[str] = ()) -> None:
-    """Raise, naming ids and where they occur, if an id repeats (or two ids share a 64-bit key)."""
-    if found.empty:
-        return
-    per_key = found.assign(_id=found["_id"].astype(str)).groupby("doc")["_id"].nunique()
-    names = sorted(set(found["_id"].astype(str)))
-    if (per_key == 1).all():
-        where = ""
-        if files:
-            located = io.id_locations(files, id_column, found["_id"].drop_duplicates().head(3).tolist())
-            where = " (" + ", ".join(f"{i!r} in {f} row {r}" for f, r, i in located) + ")"
-        raise ValueError(f"{len(per_key)} document id(s) occur more than once, e.g. {names[:5]}{where}; "
-                         "ids must be unique. Nothing was written.")
-    raise ValueError(f"Ids {names[:5]} hash to the same 64-bit key; rename one of them.")
-
-
-def cluster_table(ddf: dd.DataFrame, feat: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
-                  max_bucket: int, npartitions: int | None, report: Report,
-                  files: Sequence[str] = ()) -> tuple[NDArray[np.int64], NDArray[np.object_]]:
-    """(doc keys, root ids) of every document in a cluster of two or more.
-
-    The unique-id check runs in the same computation as the buckets (two shuffles at once) and
-    raises before anything is written.
-    """
-    with Stage(report, "buckets") as stage:
-        long = feat.map_partitions(frames.long_form, params, meta=frames.LONG_META)
-        k = npartitions or max(1, long.npartitions)
-        buckets = long.shuffle(on=["band", "key"], npartitions=k)
-        edges = buckets.map_partitions(frames.bucket_edges, max_bucket, meta=frames.EDGE_META)
-        local = feat.map_partitions(frames.same_text_edges, meta=frames.EDGE_META[["left", "right"]])
-        edge_df, local_df, repeated = _compute(edges, local, _repeated_keys(feat))
-        _check_unique_keys(repeated, id_column, files)
-        local_df = local_df.assign(kind=np.uint8(frames.KIND_SAME_TEXT), band=np.uint8(0))
-        all_edges = pd.concat([edge_df, local_df], ignore_index=True)
-        approx = edge_df[edge_df["kind"] == frames.KIND_APPROX]
-        if len(approx):
-            sizes = approx.groupby(["band", "left"]).size() + 1
-            report.approximated_buckets = len(sizes)
-            report.largest_approximated_bucket = int(sizes.max())
-            log.warning("%d bucket(s) had more than %d distinct texts (largest %d): joined by star edges, "
-                        "not all pairs", len(sizes), max_bucket, sizes.max())
-        same_l, same_r, cand_l, cand_r = _edges_to_confirm(all_edges)
-        stage.summary = f"{len(cand_l)} candidate pairs, {len(same_l)} same-text pairs"
-    with Stage(report, "confirm") as stage:
-        wanted = np.unique(np.concatenate([same_l, same_r, cand_l, cand_r]))
-        wanted_f = _shared(wanted)
-        if params.confirm == "estimate":  # everything needed is in the persisted features
-            cols = ["doc", "_id", *frames.sig_columns(params.num_perm)]
-            picked = feat.map_partitions(frames.select_docs, wanted_f, cols, meta=feat._meta[cols])
-        else:  # exact Jaccard needs the texts: read them again, for the wanted documents only
-
-            def pick(part: pd.DataFrame, f: pd.DataFrame, w: NDArray[np.int64]) -> pd.DataFrame:
-                return frames.select_docs(f.assign(_text=frames.texts_of(part[text_column])), w, ["doc", "_id", "_text"])
-
-            meta = feat._meta.assign(_text=pd.Series(dtype=object))[["doc", "_id", "_text"]]
-            picked = dd.map_partitions(pick, ddf, feat, wanted_f, meta=meta, align_dataframes=False)
-        (table,) = _compute(picked)
-        table = table.sort_values("doc", kind="stable").reset_index(drop=True)
-        keys = table["doc"].to_numpy(np.int64)
-        li, ri = np.searchsorted(keys, cand_l), np.searchsorted(keys, cand_r)
-        if params.confirm == "estimate":
-            ok = confirm_pairs(li, ri, params, sigs=table[frames.sig_columns(params.num_perm)].to_numpy())
-        else:
-            ok = confirm_pairs(li, ri, params, texts=table["_text"].tolist())
-        report.candidate_pairs = len(cand_l)
-        report.confirmed_pairs = int(ok.sum())
-        report.same_text_pairs = len(same_l)
-        stage.summary = f"{ok.sum()} of {len(ok)} candidate pairs reach {params.threshold:.3f} ({params.confirm})"
-    with Stage(report, "union-find") as stage:
-        members, root_keys = components(np.concatenate([same_l, cand_l[ok]]), np.concatenate([same_r, cand_r[ok]]))
-        ids = table["_id"].to_numpy()[np.searchsorted(keys, members)]
-        frame = pd.DataFrame({"root": root_keys, "id": ids})
-        if pd.api.types.is_integer_dtype(frame["id"].dtype):
-            root_id = frame.groupby("root")["id"].transform("min")
-        else:
-            root_id = frame.assign(id=frame["id"].astype(str)).groupby("root")["id"].transform("min")
-        sizes = frame.groupby("root").size()
-        report.clusters = len(sizes)
-        report.largest_cluster = int(sizes.max()) if len(sizes) else 0
-        report.near_duplicates = int(len(members) - len(sizes))
-        stage.summary = (f"{report.clusters} clusters, largest {report.largest_cluster}, "
-                         f"{report.near_duplicates} near duplicates")
-    return members, root_id.to_numpy()
-
-
-def _features(ddf: dd.DataFrame, id_column: str, text_column: str, params: Params,
-              protected: ProtectedNgrams | None) -> dd.DataFrame:
-    prot = _shared(protected) if protected is not None else None
-    return ddf.map_partitions(frames.features, id_column, text_column, params, prot,
-                              meta=frames.features_meta(params.num_perm, ddf._meta[id_column].dtype))
-
-
-def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
-    """Compute the features once: kept in worker memory, or written to `features_dir` as Parquet.
-
-    On disk, each partition is one file read back as one partition (`from_map`), so the
-    features stay aligned with the input's partitions while worker memory holds only what a
-    task is working on.
-    """
-    if features_dir is None:
-        return feat.persist()
-    import fsspec
-
-    n = feat.npartitions
-    _compute(feat.to_parquet(features_dir, write_index=False, compute=False,
-                             name_function=lambda i: f"features-{i:06d}.parquet"))
-    fs, root = fsspec.core.url_to_fs(features_dir)
-    proto = features_dir.split("://", 1)[0] + "://" if "://" in features_dir else ""
-    paths = [f"{proto}{root}/features-{i:06d}.parquet" for i in range(n)]
-    missing = [p for p in paths if not fs.exists(p.removeprefix(proto))]
-    if missing:
-        raise RuntimeError(f"Features were not written for {len(missing)} partition(s), e.g. {missing[0]}.")
-    return dd.from_map(pd.read_parquet, paths, meta=feat._meta, enforce_metadata=False)
-
-
-CONTAMINATION_WARN_SHARE = 0.01
-"""A warning names any protected record that alone removes more than this share of the corpus."""
-MAX_RECORDS_IN_MANIFEST = 1000
-
-
-def _hit_counts(part: pd.DataFrame, feat: pd.DataFrame, protected: ProtectedNgrams, text_column: str) -> pd.DataFrame:
-    rows = np.flatnonzero(feat["source"].to_numpy() >= 0)
-    texts = frames.texts_of(part[text_column].iloc[rows]) if len(rows) else []
-    return protected.hit_counts(encode_batch(texts))
-
-
-def _contamination_report(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgrams, text_column: str,
-                          report: Report) -> None:
-    """Documents removed per protected file and per record (re-reading only contaminated texts), and a
-    warning for any record that alone removes a large share of the corpus."""
-    if report.contaminated == 0:
-        report.contaminated_by_file = dict.fromkeys(protected.files, 0)
-        return
-    meta = protected.hit_counts(encode_batch([]))
-    detail = dd.map_partitions(_hit_counts, ddf, feat[["source"]], _shared(protected), text_column, meta=meta,
-                               align_dataframes=False)
-    (hc,) = _compute(detail)
-    agg = hc.groupby(["kind", "index"]).agg(documents=("documents", "sum"), gram=("gram", "min")).reset_index()
-    files = agg[agg["kind"] == 1]
-    by_file = dict(zip(files["index"], files["documents"]))
-    report.contaminated_by_file = {name: int(by_file.get(i, 0)) for i, name in enumerate(protected.files)}
-    recs = agg[agg["kind"] == 0].sort_values(["documents", "index"], ascending=[False, True])
-    entries: list[dict[str, Any]] = []
-    for rec, docs, gram in zip(recs["index"], recs["documents"], recs["gram"]):
-        entry = {"file": protected.files[protected.record_file[rec]], "record": protected.record_labels[rec],
-                 "documents": int(docs), "ngram": protected.ngram_text(int(gram))}
-        if len(entries) < MAX_RECORDS_IN_MANIFEST:
-            entries.append(entry)
-        if report.input_rows and docs > CONTAMINATION_WARN_SHARE * report.input_rows:
-            log.warning("protected record %s of %s alone removes %d documents (%.1f%% of the corpus), e.g. by the "
-                        "%d-gram %r; check that it is eval text and not boilerplate", entry["record"], entry["file"],
-                        docs, 100 * docs / report.input_rows, protected.ngram_size, entry["ngram"])
-    report.contaminated_by_record = entries
-    report.contaminated_records = len(recs)
-
 
 def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool, id_column: str, text_column: str,
-            params: Params, max_bucket: int = DEFAULT_MAX_BUCKET, npartitions: int | None = None,
-            report: Report, files: Sequence[str] = (),
-            features_dir: str | None = None) -> tuple[dd.DataFrame, NDArray[np.int64], NDArray[Any]]:
-    """The decisions of a job: persisted features, and (doc keys, root ids) of every clustered document.
-
-    Features hold, per row and in input order, the doc key, the id and the contamination source.
-    """
+            params: Params, report: Report, components: str = "auto", npartitions: int | None = None,
+            features_dir: str | None = None, locate: Callable[[int], tuple[str, int]] | None = None,
+            null_id_files: Sequence[str] = ()) -> Decisions:
+    """Run the stages; the report gets every count. `locate` maps a document key to (file, row)."""
+    if components not in COMPONENT_MODES:
+        raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
     with Stage(report, "features") as stage:
-        feat = _materialise(_features(ddf, id_column, text_column, params, protected), features_dir)
-        counts = feat.map_partitions(
-            lambda f: pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
-                                    "null_ids": [int(f["_id"].isna().sum())]}),
-            meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
-        (count_df,) = _compute(counts)
-        null_ids = int(count_df["null_ids"].sum())
-        if null_ids:
-            located = io.null_id_rows(files, id_column) if files else []
+        feat, c = stages.features(ddf, id_column=id_column, text_column=text_column, params=params,
+                                  protected=protected, features_dir=features_dir)
+        if c["null_ids"]:
+            located = io.null_id_rows(null_id_files, id_column) if null_id_files else []
             where = "; first at " + ", ".join(f"{f} row {r}" for f, r in located) if located else ""
-            raise ValueError(f"{null_ids} document(s) have a null id in column {id_column!r}{where}. "
+            raise ValueError(f"{c['null_ids']} document(s) have a null id in column {id_column!r}{where}. "
                              "Every document needs a unique id.")
-        report.input_rows = int(count_df["rows"].sum())
-        report.contaminated = int(count_df["contaminated"].sum())
+        report.input_rows, report.contaminated = c["rows"], c["contaminated"]
         stage.summary = f"{report.input_rows} rows in {ddf.npartitions} partitions, {report.contaminated} contaminated"
     if protected is not None:
-        _contamination_report(ddf, feat, protected, text_column, report)
-    if near:
-        members, roots = cluster_table(ddf, feat, id_column=id_column, text_column=text_column, params=params,
-                                       max_bucket=max_bucket, npartitions=npartitions, report=report, files=files)
-    else:
-        (repeated,) = _compute(_repeated_keys(feat))
-        _check_unique_keys(repeated, id_column, files)
-        members, roots = np.zeros(0, np.int64), np.zeros(0, object)
-    return feat, members, roots
+        with Stage(report, "contamination") as stage:
+            got = stages.contamination(ddf, feat, protected, text_column, report.input_rows, report.contaminated)
+            report.contaminated_by_file = got["by_file"]
+            report.contaminated_by_record = got["by_record"]
+            report.contaminated_records = got["records"]
+            stage.summary = f"{report.contaminated} documents hit {got['records']} protected record(s)"
+    with Stage(report, "unique ids") as stage:
+        stages.check_unique_ids(stages.repeated_ids(feat, npartitions), id_column, locate)
+        stage.summary = "every id occurs once"
+    if not near:
+        return Decisions(feat, None)
+    with Stage(report, "buckets") as stage:
+        edges, c = stages.buckets(feat, params, npartitions)
+        report.approximated_buckets = c["approximated_buckets"]
+        report.largest_approximated_bucket = c["largest_approximated_bucket"]
+        stage.summary = f"bucket edges on the workers, {report.approximated_buckets} approximated bucket(s)"
+    with Stage(report, "confirm") as stage:
+        graph, c = stages.confirm(edges, feat, ddf, text_column=text_column, params=params)
+        report.candidate_pairs, report.confirmed_pairs = c["candidate_pairs"], c["confirmed_pairs"]
+        report.same_text_pairs = c["same_text_pairs"]
+        stage.summary = (f"{report.confirmed_pairs} of {report.candidate_pairs} candidate pairs reach "
+                         f"{params.threshold:.3f} ({params.confirm}), {report.same_text_pairs} same-text pairs")
+    with Stage(report, "components") as stage:
+        mode = components
+        if mode == "auto":
+            mode = "client" if c["graph_edges"] <= CLIENT_COMPONENT_EDGES else "distributed"
+        report.components = mode
+        if mode == "client":
+            labels = stages.components_on_client(graph, feat.npartitions)
+            stage.summary = f"{c['graph_edges']} edges joined on the client"
+        else:
+            labels, rounds = stages.components_on_cluster(graph, npartitions or feat.npartitions)
+            report.component_rounds = rounds
+            stage.summary = f"{c['graph_edges']} edges joined on the cluster in {rounds} large/small-star rounds"
+    with Stage(report, "roots") as stage:
+        roots, c = stages.roots(labels, feat)
+        report.clusters, report.largest_cluster = c["clusters"], c["largest"]
+        report.near_duplicates = c["members"] - c["clusters"]
+        stage.summary = (f"{report.clusters} clusters, largest {report.largest_cluster}, "
+                         f"{report.near_duplicates} near duplicates")
+    return Decisions(feat, roots)
 
 
 def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
             id_column: str = "id", text_column: str = "text", params: Params | None = None, drop: bool = True,
-            max_bucket: int = DEFAULT_MAX_BUCKET, npartitions: int | None = None,
-            report: Report | None = None, files: Sequence[str] = (), features_dir: str | None = None) -> dd.DataFrame:
+            components: str = "auto", npartitions: int | None = None, report: Report | None = None,
+            features_dir: str | None = None) -> dd.DataFrame:
     """Decontaminate (if `protected`), then near-dedup (if `near`); a lazy frame with `minhash_cluster`.
 
     Runs the clustering eagerly (it needs every document) and returns the final frame lazily,
@@ -300,13 +137,16 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
     params = params or Params()
     report = report if report is not None else Report()
     _check_columns(ddf, id_column, text_column)
-    feat, members, roots = analyse(ddf, protected=protected, near=near, id_column=id_column, text_column=text_column,
-                                   params=params, max_bucket=max_bucket, npartitions=npartitions, report=report,
-                                   files=files, features_dir=features_dir)
-    members_f, roots_f = _shared(members), _shared(roots)
+    d = analyse(ddf, protected=protected, near=near, id_column=id_column, text_column=text_column, params=params,
+                report=report, components=components, npartitions=npartitions, features_dir=features_dir)
     meta = ddf._meta.assign(minhash_cluster=pd.Series(dtype=ddf._meta[id_column].dtype)) if near else ddf._meta
-    return dd.map_partitions(frames.attach_roots, ddf, feat, id_column, members_f, roots_f, drop and near, near,
-                             meta=meta, align_dataframes=False)
+    return dd.map_partitions(_attach, ddf, d.feat, d.roots, id_column, drop and near, near, meta=meta,
+                             align_dataframes=False)
+
+
+def _attach(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, id_column: str, drop: bool,
+            tag: bool) -> pd.DataFrame:
+    return frames.attach_roots(part, feat, roots, id_column, drop, tag)
 
 
 def near_dedup(ddf: dd.DataFrame, *, id_column: str = "id", text_column: str = "text", params: Params | None = None,
@@ -374,8 +214,8 @@ def _read_group(group: list[shards_mod.Shard], id_column: str, text_column: str,
     return shards_mod.read_features_input(group, id_column, text_column, id_type)
 
 
-def _write_group(feat: pd.DataFrame, layout: tuple[list[list[shards_mod.Shard]], pa.Schema], id_column: str,
-                 members: NDArray[np.int64], roots: NDArray[Any], drop: bool, tag: bool, staging_url: str,
+def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[list[list[shards_mod.Shard]], pa.Schema],
+                 id_column: str, drop: bool, tag: bool, staging_url: str,
                  partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Write the output shards of one partition: each input file filtered, tagged, under its own name."""
     import fsspec
@@ -383,7 +223,7 @@ def _write_group(feat: pd.DataFrame, layout: tuple[list[list[shards_mod.Shard]],
     assert partition_info is not None
     groups, schema = layout
     group = groups[partition_info["number"]]
-    keep, cluster = frames.row_decisions(feat, members, roots, drop)
+    keep, cluster = frames.row_decisions(feat, roots, drop)
     fs, root = fsspec.core.url_to_fs(staging_url)
     cluster_field = pa.field(shards_mod.CLUSTER_COLUMN, cluster_type(schema, id_column), nullable=False)
     offset = written = 0
@@ -402,6 +242,18 @@ def _write_group(feat: pd.DataFrame, layout: tuple[list[list[shards_mod.Shard]],
     if offset != len(feat):
         raise RuntimeError(f"Input files {[s.path for s in group]} changed during the run (row counts differ).")
     return pd.DataFrame({"rows": [written]})
+
+
+def _locator(groups: list[list[shards_mod.Shard]]) -> Callable[[int], tuple[str, int]]:
+    """Maps a document key (partition, row) to its input file and the row inside it."""
+    def locate(key: int) -> tuple[str, int]:
+        part, row = key >> frames.ROW_BITS, key & ((1 << frames.ROW_BITS) - 1)
+        for s in groups[part]:
+            if row < s.rows:
+                return s.path, row
+            row -= s.rows
+        return groups[part][-1].path, row
+    return locate
 
 
 def cluster_type(schema: pa.Schema, id_column: str) -> pa.DataType:
@@ -423,17 +275,17 @@ def execute(plan: Plan) -> dict[str, Any]:
             ddf = dd.from_map(_read_group, groups, id_column=plan.id_column, text_column=plan.text_column,
                               id_type=id_type, meta=meta, enforce_metadata=False, label="read-shards")
             try:
-                feat, members, roots = analyse(
+                decided = analyse(
                     ddf, protected=plan.protected, near=plan.near, id_column=plan.id_column,
-                    text_column=plan.text_column, params=params, max_bucket=plan.max_bucket, report=report,
-                    files=[s.path for s in plan.shards],
-                    features_dir=staging.url + "/_features" if plan.features_on_disk else None)
+                    text_column=plan.text_column, params=params, report=report, components=plan.components,
+                    features_dir=staging.url + "/_features" if plan.features_on_disk else None,
+                    locate=_locator(groups))
                 with Stage(report, "write") as stage:
-                    shared = _shared((groups, plan.schema))
-                    writes = feat[["doc", "source", "_id"]].map_partitions(
-                        _write_group, shared, plan.id_column, _shared(members), _shared(roots), plan.drop and plan.near, plan.near,
-                        staging.url, meta={"rows": "int64"})
-                    _compute(writes, retries=plan.retries)
+                    layout = shared((groups, plan.schema))
+                    writes = dd.map_partitions(
+                        _write_group, decided.feat[["doc", "source", "_id"]], decided.roots, layout, plan.id_column,
+                        plan.drop and plan.near, plan.near, staging.url, meta={"rows": "int64"}, align_dataframes=False)
+                    compute(writes, retries=plan.retries)
                     stage.summary = f"{len(plan.shards)} Parquet shards to the staging directory"
                 staging.remove("_features")
             except Exception as exc:
@@ -464,7 +316,8 @@ def execute(plan: Plan) -> dict[str, Any]:
             "same_text_pairs": report.same_text_pairs,
             "approximated_buckets": report.approximated_buckets,
             "largest_approximated_bucket": report.largest_approximated_bucket,
-            "max_bucket": plan.max_bucket, "near_dedup": plan.near, "drop_duplicates": plan.drop,
+            "max_bucket": params.max_bucket, "components": report.components,
+            "component_rounds": report.component_rounds, "near_dedup": plan.near, "drop_duplicates": plan.drop,
             "features_on_disk": plan.features_on_disk,
             "id_column": plan.id_column, "text_column": plan.text_column,
             "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
@@ -497,7 +350,7 @@ def execute(plan: Plan) -> dict[str, Any]:
 
 def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
         text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
-        max_bucket: int = DEFAULT_MAX_BUCKET, retries: int = 2, features_on_disk: bool = False,
+        components: str = "auto", retries: int = 2, features_on_disk: bool = False,
         partition_rows: int = shards_mod.PARTITION_ROWS) -> dict[str, Any]:
     """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
 
@@ -507,6 +360,6 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
     `partition_rows` bounds how many rows of small consecutive shards are read as one partition.
     """
     plan = prepare(input, output, protected=protected, near=near, id_column=id_column, text_column=text_column,
-                   params=params, drop=drop, overwrite=overwrite, max_bucket=max_bucket, retries=retries,
+                   params=params, drop=drop, overwrite=overwrite, components=components, retries=retries,
                    features_on_disk=features_on_disk, partition_rows=partition_rows)
     return execute(plan)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Self
 import pyarrow as pa
 
 from dedup import shards as shards_mod
-from dedup.config import Params
+from dedup.config import COMPONENT_MODES, Params
 from dedup.safety import UsageError, check_output, expand_protected, input_places
 from dedup.staging import Staging
 
@@ -24,10 +24,6 @@ if TYPE_CHECKING:
     from dedup.decontam import PathLike, ProtectedNgrams
 
 log = logging.getLogger("dedup")
-
-DEFAULT_MAX_BUCKET = 256
-"""Distinct texts in one bucket above which all-pairs is replaced by star edges (reported)."""
-
 
 @dataclass
 class Report:
@@ -46,6 +42,8 @@ class Report:
     same_text_pairs: int = 0
     approximated_buckets: int = 0
     largest_approximated_bucket: int = 0
+    components: str = ""
+    component_rounds: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -86,7 +84,7 @@ class Plan:
     drop: bool
     id_column: str
     text_column: str
-    max_bucket: int
+    components: str
     retries: int
     features_on_disk: bool
     staging: Staging
@@ -99,14 +97,14 @@ class Plan:
 
 def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
             text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
-            max_bucket: int = DEFAULT_MAX_BUCKET, retries: int = 2, features_on_disk: bool = False,
+            components: str = "auto", retries: int = 2, features_on_disk: bool = False,
             partition_rows: int = shards_mod.PARTITION_ROWS) -> Plan:
     """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right."""
     start = time.perf_counter()
     params = params or Params()
     report = Report()
-    if isinstance(max_bucket, bool) or not isinstance(max_bucket, int) or max_bucket < 2:
-        raise UsageError(f"The 'max_bucket' parameter must be an integer >= 2. Got {max_bucket!r} instead.")
+    if components not in COMPONENT_MODES:
+        raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
     if isinstance(partition_rows, bool) or not isinstance(partition_rows, int) or partition_rows < 1:
         raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {partition_rows!r} instead.")
     files = shards_mod.discover(input)
@@ -128,7 +126,7 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
             stage.summary = f"{len(prot)} distinct {params.ngram_size}-grams from {len(prot.files)} file(s)"
     staging = Staging(output)
     groups = shards_mod.partitions(found, rows=partition_rows)
-    return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, max_bucket,
+    return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, components,
                 retries, features_on_disk, staging, report, start)
 
 

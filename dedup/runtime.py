@@ -49,3 +49,44 @@ def show_progress(futures: Any) -> None:
     with contextlib.redirect_stdout(sys.stderr):
         progress(futures)
         print(file=sys.stderr)
+
+
+def active_client() -> Any:
+    """The distributed client to run on, or None for the local scheduler (no client, or
+    `dask.config.set(scheduler="sync"|"threads")` asks for it)."""
+    import dask
+
+    if dask.config.get("scheduler", None) not in (None, "dask.distributed"):
+        return None
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def compute(*collections: Any, retries: int = 2) -> Any:
+    """dask.compute on the active client with retries (dask.annotate(retries=) is ignored), with a
+    progress bar on a terminal; on the local scheduler without a client."""
+    import dask
+
+    client = active_client()
+    if client is None:
+        return dask.compute(*collections)
+    futures = client.compute(list(collections), retries=retries)
+    show_progress(futures)
+    return client.gather(futures)
+
+
+def shared(value: Any) -> Any:
+    """`value` as one graph node that every partition's task depends on.
+
+    A delayed value, not a scattered future: the scheduler keeps it in the graph, so a worker
+    killed mid-run loses nothing that cannot be recomputed (a scattered future would be gone).
+    Only for values whose size does not grow with the corpus (parameters, the protected n-grams,
+    the list of input files).
+    """
+    import dask
+
+    return dask.delayed(value, pure=True, traverse=False)

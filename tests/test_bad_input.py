@@ -107,7 +107,7 @@ print(len(text), before, after, int((sig[1] != 2**31 - 1).all()))
 
 def test_duplicate_ids_within_one_shard(client, tmp_path: Path) -> None:
     write_shards(pd.DataFrame({"id": ["a", "b", "a"], "text": ["x", "y", "z"]}), tmp_path / "in", 1)
-    with pytest.raises(ValueError, match=r"1 document id\(s\) occur more than once, e.g. \['a'\] "
+    with pytest.raises(ValueError, match=r"1 document id\(s\) in column 'id' occur more than once, e.g. \['a'\] "
                                          r"\('a' in .*row 0, 'a' in .*row 2\)"):
         run(str(tmp_path / "in"), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()

@@ -111,7 +111,7 @@ def test_boilerplate_collapses_and_large_buckets_are_reported(client, tmp_path: 
     texts = [page] * 2000 + near + other
     frame = pd.DataFrame({"id": [f"id{i:05d}" for i in range(len(texts))], "text": texts})
     write_shards(frame, tmp_path / "in", 4)
-    m = run(str(tmp_path / "in"), str(tmp_path / "out"), max_bucket=5, drop=False)
+    m = run(str(tmp_path / "in"), str(tmp_path / "out"), params=Params(max_bucket=5), drop=False)
     out = pd.read_parquet(tmp_path / "out")
     assert (out.loc[out["id"] < "id02000", "minhash_cluster"] == "id00000").all()
     assert m["approximated_buckets"] > 0 and 5 < m["largest_approximated_bucket"] <= 13

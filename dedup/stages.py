@@ -1,0 +1,273 @@
+"""The job's stages on Dask collections, each returning its collections and its own counts.
+
+features -> buckets -> confirm -> components (client or distributed) -> roots; the pure
+per-partition work is in `dedup.frames` and `dedup.ccstar`. Nothing proportional to the corpus
+reaches the client or the task graph: edges, pairs and roots move between workers by shuffles,
+routed to the partition a document key names; the client receives counts (and, for client
+components only, the confirmed edges).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+
+from dedup import ccstar, frames
+from dedup.config import Params
+from dedup.decontam import ProtectedNgrams
+from dedup.runtime import active_client, compute, shared
+from dedup.text import encode_batch
+from dedup.unionfind import components
+
+log = logging.getLogger("dedup")
+
+MAX_STAR_ROUNDS = 200
+
+
+def route(frame: dd.DataFrame, key_column: str, npartitions: int) -> dd.DataFrame:
+    """`frame`'s rows moved to the partition of the document key in `key_column`: partition i of the
+    result holds exactly the rows whose key belongs to features partition i (a shuffle, no graph data)."""
+    meta = frame._meta.assign(_part=pd.Series(dtype=np.int64))
+    with_part = frame.map_partitions(
+        lambda df: df.assign(_part=frames.key_partition(df[key_column].to_numpy(np.int64))), meta=meta)
+    divisions = list(range(npartitions)) + [npartitions - 1]
+    return with_part.set_index("_part", divisions=divisions, sorted=False)
+
+
+# -- features --------------------------------------------------------------------------------------
+
+def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
+             protected: ProtectedNgrams | None, features_dir: str | None) -> tuple[dd.DataFrame, dict[str, int]]:
+    """Signatures, text hashes, keys and contamination per document, computed once (worker memory or disk)."""
+    prot = shared(protected) if protected is not None else None
+    feat = ddf.map_partitions(frames.features, id_column, text_column, params, prot,
+                              meta=frames.features_meta(params.num_perm, ddf._meta[id_column].dtype))
+    feat = _materialise(feat, features_dir)
+    counts = feat.map_partitions(
+        lambda f: pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
+                                "null_ids": [int(f["_id"].isna().sum())]}),
+        meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
+    (c,) = compute(counts)
+    return feat, {k: int(c[k].sum()) for k in ("rows", "contaminated", "null_ids")}
+
+
+def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
+    """Compute the features once: kept in worker memory, or written to `features_dir` as Parquet.
+
+    On disk, each partition is one file read back as one partition (`from_map`), so the
+    features stay aligned with the input's partitions while worker memory holds only what a
+    task is working on.
+    """
+    if features_dir is None:
+        return feat.persist()
+    import fsspec
+
+    n = feat.npartitions
+    compute(feat.to_parquet(features_dir, write_index=False, compute=False,
+                            name_function=lambda i: f"features-{i:06d}.parquet"))
+    fs, root = fsspec.core.url_to_fs(features_dir)
+    proto = features_dir.split("://", 1)[0] + "://" if "://" in features_dir else ""
+    paths = [f"{proto}{root}/features-{i:06d}.parquet" for i in range(n)]
+    missing = [p for p in paths if not fs.exists(p.removeprefix(proto))]
+    if missing:
+        raise RuntimeError(f"Features were not written for {len(missing)} partition(s), e.g. {missing[0]}.")
+    return dd.from_map(pd.read_parquet, paths, meta=feat._meta, enforce_metadata=False)
+
+
+def repeated_ids(feat: dd.DataFrame, npartitions: int | None = None) -> pd.DataFrame:
+    """(doc, _id) of every document whose id occurs more than once: a shuffle on the id values
+    themselves, compared exactly (no hash of the id decides anything)."""
+    keys = feat[["doc", "_id"]]
+    k = npartitions or keys.npartitions
+    found = keys.shuffle(on="_id", npartitions=k).map_partitions(
+        lambda d: d[d["_id"].duplicated(keep=False)], meta=keys._meta)
+    (out,) = compute(found)
+    return out
+
+
+def check_unique_ids(repeated: pd.DataFrame, id_column: str,
+                     locate: Callable[[int], tuple[str, int]] | None = None) -> None:
+    """Raise naming the repeated ids and where they occur (file and row, when `locate` maps keys)."""
+    if repeated.empty:
+        return
+    repeated = repeated.sort_values("doc")
+    names = sorted({str(i) for i in repeated["_id"]})
+    where = ""
+    if locate is not None:
+        spots = [locate(int(k)) for k in repeated["doc"].head(6)]
+        where = " (" + ", ".join(f"{i!r} in {f} row {r}" for (f, r), i in zip(spots, repeated["_id"].head(6))) + ")"
+    raise ValueError(f"{len(names)} document id(s) in column {id_column!r} occur more than once, e.g. "
+                     f"{names[:5]}{where}; ids must be unique. Nothing was written.")
+
+
+# -- contamination ---------------------------------------------------------------------------------
+
+CONTAMINATION_WARN_SHARE = 0.01
+"""A warning names any protected record that alone removes more than this share of the corpus."""
+MAX_RECORDS_IN_MANIFEST = 1000
+
+
+def _hit_counts(part: pd.DataFrame, feat: pd.DataFrame, protected: ProtectedNgrams, text_column: str) -> pd.DataFrame:
+    rows = np.flatnonzero(feat["source"].to_numpy() >= 0)
+    texts = frames.texts_of(part[text_column].iloc[rows]) if len(rows) else []
+    return protected.hit_counts(encode_batch(texts))
+
+
+def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgrams, text_column: str,
+                  input_rows: int, contaminated_rows: int) -> dict[str, Any]:
+    """Documents removed per protected file and per record (re-reading only contaminated texts), and a
+    warning for any record that alone removes a large share of the corpus."""
+    if contaminated_rows == 0:
+        return {"by_file": dict.fromkeys(protected.files, 0), "by_record": [], "records": 0}
+    meta = protected.hit_counts(encode_batch([]))
+    detail = dd.map_partitions(_hit_counts, ddf, feat[["source"]], shared(protected), text_column, meta=meta,
+                               align_dataframes=False)
+    (hc,) = compute(detail)
+    agg = hc.groupby(["kind", "index"]).agg(documents=("documents", "sum"), gram=("gram", "min")).reset_index()
+    files = agg[agg["kind"] == 1]
+    by_file = dict(zip(files["index"], files["documents"]))
+    per_file = {name: int(by_file.get(i, 0)) for i, name in enumerate(protected.files)}
+    recs = agg[agg["kind"] == 0].sort_values(["documents", "index"], ascending=[False, True])
+    entries: list[dict[str, Any]] = []
+    for rec, docs, gram in zip(recs["index"], recs["documents"], recs["gram"]):
+        entry = {"file": protected.files[protected.record_file[rec]], "record": protected.record_labels[rec],
+                 "documents": int(docs), "ngram": protected.ngram_text(int(gram))}
+        if len(entries) < MAX_RECORDS_IN_MANIFEST:
+            entries.append(entry)
+        if input_rows and docs > CONTAMINATION_WARN_SHARE * input_rows:
+            log.warning("protected record %s of %s alone removes %d documents (%.1f%% of the corpus), e.g. by the "
+                        "%d-gram %r; check that it is eval text and not boilerplate", entry["record"], entry["file"],
+                        docs, 100 * docs / input_rows, protected.ngram_size, entry["ngram"])
+    return {"by_file": per_file, "by_record": entries, "records": len(recs)}
+
+
+
+# -- buckets ---------------------------------------------------------------------------------------
+
+def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None) -> tuple[dd.DataFrame, dict[str, int]]:
+    """Bucket edges on the workers: the long form (band, key, doc) shuffled on (band, key), every
+    bucket turned into same-text, candidate or star edges. Persisted; counts approximated buckets."""
+    long = feat.map_partitions(frames.long_form, params, meta=frames.LONG_META)
+    k = npartitions or max(1, long.npartitions)
+    edges = long.shuffle(on=["band", "key"], npartitions=k).map_partitions(
+        frames.bucket_edges, params.max_bucket, meta=frames.EDGE_META).persist()
+
+    def approx_sizes(e: pd.DataFrame) -> pd.DataFrame:
+        a = e[e["kind"] == frames.KIND_APPROX]
+        sizes = a.groupby(["band", "left"]).size() + 1 if len(a) else pd.Series(dtype=np.int64)
+        return pd.DataFrame({"buckets": [len(sizes)], "largest": [int(sizes.max()) if len(sizes) else 0]})
+
+    (c,) = compute(edges.map_partitions(approx_sizes, meta={"buckets": "int64", "largest": "int64"}))
+    counts = {"approximated_buckets": int(c["buckets"].sum()), "largest_approximated_bucket": int(c["largest"].max())}
+    if counts["approximated_buckets"]:
+        log.warning("%d bucket(s) had more than %d distinct texts (largest %d): joined by star edges, not all pairs",
+                    counts["approximated_buckets"], params.max_bucket, counts["largest_approximated_bucket"])
+    return edges, counts
+
+
+# -- confirm ---------------------------------------------------------------------------------------
+
+def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str,
+            params: Params) -> tuple[dd.DataFrame, dict[str, int]]:
+    """Confirmed edges, found on the workers: each distinct candidate pair goes to its left
+    document's partition (collecting its signature, or its text for exact Jaccard), then to its
+    right document's, where it is compared. Same-text edges join them unconfirmed (Jaccard 1).
+    Returns the persisted edge list (left, right) that the components are made of."""
+    n = feat.npartitions
+    estimate = params.confirm == "estimate"
+    cand = edges[edges["kind"] != frames.KIND_SAME_TEXT].map_partitions(frames.unique_pairs, meta=frames.PAIR_META)
+    src = None if estimate else texts
+    at_left = dd.map_partitions(frames.pairs_with_left, route(cand, "left", n), feat, src, text_column, params,
+                                meta=frames.left_payload_meta(params), align_dataframes=False)
+    confirmed = dd.map_partitions(frames.confirm_at_right, route(at_left, "right", n), feat, src, text_column, params,
+                                  meta=frames.PAIR_META, align_dataframes=False)
+    same_bucket = edges[edges["kind"] == frames.KIND_SAME_TEXT][["left", "right"]]
+    same_local = feat.map_partitions(frames.same_text_edges, meta=frames.PAIR_META)
+    graph = dd.concat([confirmed, same_bucket, same_local]).persist()
+    sizes = {name: part.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"})
+             for name, part in (("candidate", at_left), ("confirmed", confirmed), ("same_bucket", same_bucket),
+                                ("same_local", same_local))}
+    got = compute(*sizes.values())
+    c = {name: int(g["n"].sum()) for name, g in zip(sizes, got)}
+    return graph, {"candidate_pairs": c["candidate"], "confirmed_pairs": c["confirmed"],
+                   "same_text_pairs": c["same_bucket"] + c["same_local"],
+                   "graph_edges": c["confirmed"] + c["same_bucket"] + c["same_local"]}
+
+
+# -- components ------------------------------------------------------------------------------------
+
+def components_on_client(graph: dd.DataFrame, npartitions: int) -> dd.DataFrame:
+    """(doc, label) by the vectorised min-label union-find on the client, fed partition by
+    partition; the labels go back to the workers as scattered chunks, never through the graph."""
+    client = active_client()
+    lefts: list[np.ndarray] = []
+    rights: list[np.ndarray] = []
+    parts: Iterable[pd.DataFrame]
+    if client is None:
+        parts = compute(graph)
+    else:
+        from distributed import as_completed
+
+        futures = client.compute(graph.to_delayed())
+        parts = (f.result() for f in as_completed(futures))
+    for part in parts:
+        lefts.append(part["left"].to_numpy(np.int64))
+        rights.append(part["right"].to_numpy(np.int64))
+    left = np.concatenate(lefts) if lefts else np.zeros(0, np.int64)
+    right = np.concatenate(rights) if rights else np.zeros(0, np.int64)
+    members, labels = components(left, right)
+    table = pd.DataFrame({"doc": members.astype(np.int64), "label": labels.astype(np.int64)})
+    chunk = 1_000_000
+    pieces = [table.iloc[i:i + chunk].reset_index(drop=True) for i in range(0, max(len(table), 1), chunk)]
+    if client is None:
+        return dd.from_pandas(table, npartitions=max(1, min(npartitions, len(pieces))), sort=False)
+    futures = client.scatter(pieces)
+    return dd.from_delayed(futures, meta=frames.MEMBER_META, verify_meta=False)
+
+
+def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.DataFrame, int]:
+    """(doc, label) by alternating large-star and small-star with shuffles, until a round leaves the
+    edge set unchanged (its checksum, the only thing the client sees). Returns the labels and rounds."""
+    k = max(1, npartitions)
+    edges = graph.map_partitions(
+        lambda d: ccstar.normalised(d["left"].to_numpy(np.int64), d["right"].to_numpy(np.int64)),
+        meta=ccstar.EDGE_META).persist()
+    previous = None
+    for rounds in range(1, MAX_STAR_ROUNDS + 1):
+        adj = edges.map_partitions(ccstar.both_directions, meta=ccstar.ADJ_META).shuffle(on="u", npartitions=k).persist()
+        (sums,) = compute(adj.map_partitions(ccstar.checksum, meta=ccstar.CHECKSUM_META))
+        state = tuple(int(sums[c].to_numpy(np.uint64).sum(dtype=np.uint64)) for c in ("count", "s1", "s2"))
+        if state == previous:
+            return edges.map_partitions(ccstar.star_labels, meta=frames.MEMBER_META), rounds
+        previous = state
+        large = adj.map_partitions(ccstar.large_star, meta=ccstar.EDGE_META)
+        edges = large.shuffle(on="b", npartitions=k).map_partitions(ccstar.small_star, meta=ccstar.EDGE_META).persist()
+    raise RuntimeError(f"Connected components did not converge in {MAX_STAR_ROUNDS} rounds; please report this as a bug.")
+
+
+# -- roots -----------------------------------------------------------------------------------------
+
+def roots(labels: dd.DataFrame, feat: dd.DataFrame) -> tuple[dd.DataFrame, dict[str, int]]:
+    """(doc, root) for every clustered document, routed to its own partition for the write.
+
+    The labels (smallest key of each component) go to their documents' partitions to collect
+    ids, then are shuffled on the label so each component is in one partition, where its root,
+    the smallest id, is chosen."""
+    n = feat.npartitions
+    id_meta = feat._meta["_id"]
+    with_ids = dd.map_partitions(frames.with_ids, route(labels, "doc", n), feat,
+                                 meta=frames.MEMBER_META.assign(_id=id_meta.iloc[:0]), align_dataframes=False)
+    root_meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0]})
+    by_component = with_ids.shuffle(on="label", npartitions=max(1, n)).map_partitions(
+        frames.roots_of_components, meta=root_meta).persist()
+    (c,) = compute(by_component.map_partitions(frames.component_counts,
+                                                meta={"members": "int64", "clusters": "int64", "largest": "int64"}))
+    counts = {"members": int(c["members"].sum()), "clusters": int(c["clusters"].sum()), "largest": int(c["largest"].max())}
+    return route(by_component, "doc", n), counts
+
+

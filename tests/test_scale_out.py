@@ -1,0 +1,103 @@
+"""The scale-out job: confirm, components and roots on the workers give exactly the in-memory answer.
+
+Each stage runs under the synchronous scheduler and on a real 2-process LocalCluster, at 1, 3
+and 7 partitions, with client and distributed components, estimate and exact confirmation, and
+an oversized bucket; outputs are compared byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import dask
+import dask.dataframe as dd
+import pandas as pd
+import pytest
+
+from dedup import Params, clusters
+from dedup.pipeline import process, run
+from tests.conftest import write_shards
+
+LOCAL = {"scheduler": "sync", "dataframe.shuffle.method": "tasks"}
+BASE = " ".join(f"boilerplate{i}" for i in range(100))  # 100 distinct words: copies with one more word have J > 0.97
+
+
+@pytest.fixture(scope="module")
+def frame(corpus_frame: pd.DataFrame) -> pd.DataFrame:
+    """The corpus plus 12 near copies of one page: one bucket holds 12 distinct texts (> max_bucket 4)."""
+    near = pd.DataFrame({"id": [f"zz{i:02d}" for i in range(12)], "text": [f"{BASE} tail{i}" for i in range(12)],
+                         "family": "zz"})
+    return pd.concat([corpus_frame, near], ignore_index=True).sample(frac=1.0, random_state=1).reset_index(drop=True)
+
+
+def _groups(out: pd.DataFrame) -> list[set[str]]:
+    g = out.groupby("minhash_cluster")["id"].apply(set)
+    return sorted((s for s in g if len(s) > 1), key=min)
+
+
+@pytest.mark.parametrize("where", ["sync", "cluster"])
+@pytest.mark.parametrize("npartitions", [1, 3, 7])
+@pytest.mark.parametrize(("confirm", "components"), [("estimate", "client"), ("estimate", "distributed"),
+                                                     ("exact", "distributed")])
+def test_stages_equal_the_in_memory_reference(request, frame: pd.DataFrame, where: str, npartitions: int,
+                                              confirm: str, components: str) -> None:
+    params = Params(confirm=confirm, max_bucket=4)
+    expected = sorted(clusters(dict(zip(frame["id"], frame["text"])), params=params), key=min)
+    ddf = dd.from_pandas(frame[["id", "text"]], npartitions=npartitions, sort=False)
+    if where == "cluster":
+        request.getfixturevalue("client")
+        out = process(ddf, params=params, drop=False, components=components).compute()
+    else:
+        with dask.config.set(LOCAL):
+            out = process(ddf, params=params, drop=False, components=components).compute()
+    assert _groups(out) == expected
+    assert any(g == {f"zz{i:02d}" for i in range(12)} for g in expected)  # the oversized bucket's texts, one cluster
+    assert out["id"].tolist() == frame["id"].tolist()  # row order kept
+
+
+def _shard_digests(out: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.parquet"))}
+
+
+def _assignments(out: Path) -> bytes:
+    f = pd.read_parquet(out)
+    return f.sort_values("id")[["id", "minhash_cluster"]].to_csv(index=False).encode()
+
+
+@pytest.mark.parametrize("confirm", ["estimate", "exact"])
+def test_byte_identical_output_for_client_and_distributed_components_and_any_worker_count(
+        client, tmp_path: Path, frame: pd.DataFrame, confirm: str) -> None:
+    from distributed import Client, LocalCluster
+
+    params = Params(confirm=confirm, max_bucket=4)
+    src = write_shards(frame, tmp_path / "in", 7)
+    run(str(src), str(tmp_path / "client"), params=params, drop=False, components="client", partition_rows=100)
+    m = run(str(src), str(tmp_path / "dist"), params=params, drop=False, components="distributed", partition_rows=100)
+    assert m["components"] == "distributed" and m["component_rounds"] >= 2 and m["partitions"] == 7
+    assert _shard_digests(tmp_path / "client") == _shard_digests(tmp_path / "dist")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
+            Client(lc) as one, one.as_current():
+        run(str(src), str(tmp_path / "one-worker"), params=params, drop=False, components="distributed",
+            partition_rows=100)
+    assert _shard_digests(tmp_path / "one-worker") == _shard_digests(tmp_path / "dist")
+    one_shard = write_shards(frame, tmp_path / "in1", 1)
+    shuffled = write_shards(frame.sample(frac=1.0, random_state=9), tmp_path / "in-shuffled", 5)
+    run(str(one_shard), str(tmp_path / "one-shard"), params=params, drop=False)
+    run(str(shuffled), str(tmp_path / "shuffled"), params=params, drop=False, components="distributed",
+        partition_rows=60)
+    assert _assignments(tmp_path / "one-shard") == _assignments(tmp_path / "shuffled") == _assignments(tmp_path / "dist")
+    expected = sorted(clusters(dict(zip(frame["id"], frame["text"])), params=params), key=min)
+    assert _groups(pd.read_parquet(tmp_path / "dist")) == expected
+
+
+def test_ids_are_never_hashed(client, tmp_path: Path) -> None:
+    """Distinct ids that agree on every short hash prefix one might use (long common prefixes, equal
+    lengths) are kept apart; integer ids beyond 2^53 keep their exact value in minhash_cluster."""
+    text = "one two three four five six seven eight nine ten eleven twelve thirteen"
+    ids = [2**62 + 1, 2**62 + 2, 2**62 + 3]
+    write_shards(pd.DataFrame({"id": ids, "text": [text, text.upper(), "something else entirely here today"]}),
+                 tmp_path / "in", 2)
+    run(str(tmp_path / "in"), str(tmp_path / "out"), drop=False, components="distributed", partition_rows=1)
+    out = pd.read_parquet(tmp_path / "out").sort_values("id")
+    assert out["minhash_cluster"].tolist() == [2**62 + 1, 2**62 + 1, 2**62 + 3]
