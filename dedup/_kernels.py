@@ -194,3 +194,45 @@ def spans_equal(buf_a, start_a, end_a, buf_b, start_b, end_b):  # pragma: no cov
                 break
         out[i] = same
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def sorted_jaccard(a_vals, a_start, a_end, b_vals, b_start, b_end):  # pragma: no cover - compiled
+    """out[i] = |A ∩ B| / |A ∪ B| of the sorted, distinct runs a_vals[a_start[i]:a_end[i]] and
+    b_vals[b_start[i]:b_end[i]]; 0.0 when either is empty (two-pointer merge)."""
+    n = a_start.shape[0]
+    out = np.zeros(n, dtype=np.float64)
+    for i in range(n):
+        p, pe, q, qe = a_start[i], a_end[i], b_start[i], b_end[i]
+        na, nb = pe - p, qe - q
+        if na == 0 or nb == 0:
+            continue
+        inter = 0
+        while p < pe and q < qe:
+            x, y = a_vals[p], b_vals[q]
+            if x == y:
+                inter += 1
+                p += 1
+                q += 1
+            elif x < y:
+                p += 1
+            else:
+                q += 1
+        out[i] = inter / (na + nb - inter)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def sorted_unique_segments(values, offsets):  # pragma: no cover - compiled
+    """Each segment values[offsets[i]:offsets[i+1]] sorted with repeats removed: (values, offsets)."""
+    out = np.empty_like(values)
+    out_offsets = np.zeros_like(offsets)
+    k = 0
+    for i in range(offsets.shape[0] - 1):
+        seg = np.sort(values[offsets[i]:offsets[i + 1]])
+        for j in range(seg.shape[0]):
+            if j == 0 or seg[j] != seg[j - 1]:
+                out[k] = seg[j]
+                k += 1
+        out_offsets[i + 1] = k
+    return out[:k], out_offsets

@@ -261,8 +261,20 @@ def left_payload_meta(params: Params) -> pd.DataFrame:
         for c in sig_columns(params.num_perm):
             cols[c] = pd.Series(dtype=np.uint32)
     else:
-        cols["_text"] = pd.Series(dtype=object)
+        cols["_shingles"] = pd.Series(dtype=object)
     return pd.DataFrame(cols)
+
+
+def shingle_sets(texts: list[str | None], shingle_size: int) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
+    """Each text's distinct shingles as sorted FNV-1a 64 hashes: (values, offsets [n + 1]).
+
+    Exact Jaccard on these equals exact Jaccard on the shingle strings unless two distinct
+    shingles of one pair share a 64-bit hash (probability about 1e-15 for a pair of web pages).
+    """
+    batch = encode_batch(texts)
+    h, offsets = batch.window_hashes(shingle_size, short=True)
+    values, out = _kernels.sorted_unique_segments(h, offsets)
+    return values, out
 
 
 def pairs_with_left(edges: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
@@ -276,7 +288,9 @@ def pairs_with_left(edges: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame 
         return pd.concat([pairs, pd.DataFrame(sigs, columns=sig_columns(params.num_perm))], axis=1)
     assert part is not None
     texts = texts_of(part[text_column])
-    return pairs.assign(_text=pd.Series([texts[r] for r in rows], dtype=object))
+    values, offsets = shingle_sets([texts[r] for r in rows], params.shingle_size)
+    blobs = [values[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(rows))]
+    return pairs.assign(_shingles=pd.Series(blobs, dtype=object))
 
 
 def confirm_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
@@ -288,15 +302,22 @@ def confirm_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame 
     if n == 0:
         return PAIR_META.copy()
     right_rows = key_row(rows["right"].to_numpy(np.int64))
-    li, ri = np.arange(n), np.arange(n, 2 * n)
     if params.confirm == "estimate":
+        li, ri = np.arange(n), np.arange(n, 2 * n)
         cols = sig_columns(params.num_perm)
         sigs = np.concatenate([rows[cols].to_numpy(np.uint32), feat[cols].to_numpy(np.uint32)[right_rows]])
         ok = confirm_pairs(li, ri, params, sigs=sigs)
     else:
         assert part is not None
         texts = texts_of(part[text_column])
-        ok = confirm_pairs(li, ri, params, texts=list(rows["_text"]) + [texts[r] for r in right_rows])
+        b_vals, b_off = shingle_sets([texts[r] for r in right_rows], params.shingle_size)
+        blobs = rows["_shingles"].tolist()
+        lengths = np.fromiter((len(b) // 8 for b in blobs), dtype=np.int64, count=n)
+        a_off = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=a_off[1:])
+        a_vals = np.frombuffer(b"".join(blobs), dtype=np.uint64)
+        sim = _kernels.sorted_jaccard(a_vals, a_off[:-1], a_off[1:], b_vals, b_off[:-1], b_off[1:])
+        ok = sim >= params.threshold
     return rows.loc[ok, ["left", "right"]].reset_index(drop=True)
 
 

@@ -28,9 +28,9 @@ import pyarrow.parquet as pq
 from dedup.safety import UsageError, is_url
 
 CLUSTER_COLUMN = "minhash_cluster"
-PARTITION_ROWS = 200_000
+PARTITION_ROWS = 25_000
 """Consecutive small shards are read together until a partition holds this many rows..."""
-PARTITION_BYTES = 256 * 2**20
+PARTITION_BYTES = 64 * 2**20
 """... or this many uncompressed bytes; a larger file is one partition of its own."""
 
 

@@ -186,7 +186,8 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
                                 meta=frames.left_payload_meta(params), align_dataframes=False)
     confirmed = dd.map_partitions(frames.confirm_at_right, route(at_left, "right", n), feat, src, text_column, params,
                                   meta=frames.PAIR_META, align_dataframes=False)
-    same_bucket = edges[edges["kind"] == frames.KIND_SAME_TEXT][["left", "right"]]
+    same_bucket = route(edges[edges["kind"] == frames.KIND_SAME_TEXT][["left", "right"]], "left", n).map_partitions(
+        frames.unique_pairs, meta=frames.PAIR_META)  # one row per pair, not one per band
     same_local = feat.map_partitions(frames.same_text_edges, meta=frames.PAIR_META)
     graph = dd.concat([confirmed, same_bucket, same_local]).persist()
     sizes = {name: part.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"})
