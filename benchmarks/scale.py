@@ -1,0 +1,149 @@
+"""Client, scheduler and worker memory as the corpus grows: does the client stay small?
+
+Starts a separate `dask scheduler` and two `dask worker` processes (1 thread each), writes
+generated corpora of ~60-word documents (shards of 50,000, 10% planted near copies, one word changed), runs
+`dedup run --scheduler-file` on each for `--components client` and `distributed`, and prints
+every process's peak RSS (sampled every 0.1 s), seconds and documents per second.
+
+    pip install -e ".[bench]"
+    python benchmarks/scale.py                          # 250,000 and 2,000,000 documents
+    python benchmarks/scale.py --docs 50000 200000      # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SHARD = 50_000
+WORDS = 60
+
+
+def write_corpus(docs: int, out: Path, seed: int = 0) -> None:
+    """`docs` documents of WORDS words from a Zipf vocabulary; 10% are near copies (one word changed)."""
+    rng = np.random.default_rng(seed)
+    vocab = np.array([f"w{i}" for i in range(50_000)], dtype=object)
+    out.mkdir(parents=True, exist_ok=True)
+    for start in range(0, docs, SHARD):
+        n = min(SHARD, docs - start)
+        words = np.minimum(rng.zipf(1.3, size=(n, WORDS)) - 1, len(vocab) - 1)
+        copies = rng.random(n) < 0.1
+        src = rng.integers(0, n, size=n)
+        words[copies] = words[src[copies]]
+        pos = rng.integers(0, WORDS, size=n)
+        rows = np.flatnonzero(copies)
+        words[rows, pos[rows]] = rng.integers(0, len(vocab), len(rows))
+        texts = [" ".join(vocab[w]) for w in words]
+        ids = [f"doc-{start + i:010d}" for i in range(n)]
+        pq.write_table(pa.table({"id": ids, "text": texts}), out / f"shard-{start // SHARD:05d}.parquet")
+
+
+class Peak:
+    """Peak RSS of a process and its children, sampled in a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _rss(self) -> int:
+        try:
+            procs = [self.proc, *self.proc.children(recursive=True)]
+            return sum(p.memory_info().rss for p in procs)
+        except psutil.Error:
+            return 0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._rss())
+            time.sleep(0.1)
+
+    def reset(self) -> None:
+        self.peak = self._rss()
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, nargs="+", default=[250_000, 2_000_000])
+    ap.add_argument("--modes", nargs="+", default=["client", "distributed"])
+    ap.add_argument("--memory-limit", default="8GiB", help="per worker (default: 8GiB)")
+    args = ap.parse_args()
+    dask = Path(sys.executable).parent / "dask"
+    work = Path(tempfile.mkdtemp(prefix="dedup-scale-"))
+    sched_file = work / "scheduler.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs = [subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(sched_file)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    rows = []
+    try:
+        while not sched_file.exists():
+            time.sleep(0.2)
+        for i in range(2):
+            procs.append(subprocess.Popen([str(dask), "worker", "--scheduler-file", str(sched_file), "--nthreads", "1",
+                                           "--memory-limit", args.memory_limit, "--no-dashboard", "--host", "127.0.0.1",
+                                           "--name", f"w{i}", "--local-directory", str(work / f"w{i}")],
+                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(5)
+        for docs in args.docs:
+            corpus = work / f"corpus-{docs}"
+            t = time.perf_counter()
+            write_corpus(docs, corpus)
+            print(f"wrote {docs:,} documents in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+            for mode in args.modes:
+                peaks = [Peak(p.pid) for p in procs]
+                out = work / f"out-{docs}-{mode}"
+                t = time.perf_counter()
+                client = subprocess.Popen([sys.executable, "-m", "dedup", "run", str(corpus), str(out),
+                                           "--scheduler-file", str(sched_file), "--components", mode],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                client_peak = Peak(client.pid)
+                _, err = client.communicate()
+                secs = time.perf_counter() - t
+                if client.returncode:
+                    raise SystemExit(f"dedup run failed:\n{err}")
+                m = json.loads((out / "_dedup.json").read_text())
+                rows.append({"docs": docs, "mode": mode, "seconds": secs, "client": client_peak.stop(),
+                             "scheduler": peaks[0].stop(), "workers": [p.stop() for p in peaks[1:]],
+                             "large_graph": err.count("Sending large graph"), "dropped": m["near_duplicates_dropped"],
+                             "rounds": m.get("component_rounds", 0)})
+                print(rows[-1], file=sys.stderr)
+                subprocess.run(["rm", "-rf", str(out)], check=True)
+            subprocess.run(["rm", "-rf", str(corpus)], check=True)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=60)
+    mib = 2**20
+    print("| documents | components | seconds | docs/s | client peak (MiB) | scheduler peak (MiB) | "
+          "worker peaks (MiB) | near duplicates dropped | 'large graph' warnings |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        mode = r["mode"] + (f" ({r['rounds']} rounds)" if r["rounds"] else "")
+        print(f"| {r['docs']:,} | {mode} | {r['seconds']:.1f} | {r['docs'] / r['seconds']:,.0f} | "
+              f"{r['client'] / mib:,.0f} | {r['scheduler'] / mib:,.0f} | "
+              f"{' / '.join(f'{w / mib:,.0f}' for w in r['workers'])} | {r['dropped']:,} | {r['large_graph']} |")
+
+
+if __name__ == "__main__":
+    main()
