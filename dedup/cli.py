@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-perm", type=int, default=P.num_perm, help=f"permutations available (default: {P.num_perm})")
     t.add_argument("--fp-weight", type=float, default=0.5, help="weight of false positives (default: 0.5)")
     t.add_argument("--fn-weight", type=float, default=0.5, help="weight of false negatives (default: 0.5)")
+    t.add_argument("--num-bands", type=int, help="a banding of your own, printed next to the recommended one "
+                                                 "(with --rows-per-band)")
+    t.add_argument("--rows-per-band", type=int, help="rows per band of your own banding (with --num-bands)")
     t.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")
     d = sub.add_parser("demo", help="generate an example corpus and run the whole job on a local cluster",
                        description="generate an example corpus with planted near duplicates and a protected file, "
@@ -186,18 +189,31 @@ def _summary(m: dict[str, Any]) -> str:
 
 
 def _tune(args: argparse.Namespace) -> None:
+    """The recommended banding for a threshold (and the user's, if given), with both S-curves."""
     import numpy as np
 
+    from dedup.config import check_banding
     from dedup.lsh import optimal_params, probability
 
+    Params(threshold=args.threshold, num_perm=args.num_perm)  # validates both
     b, r = optimal_params(args.threshold, args.num_perm, args.fp_weight, args.fn_weight)
-    print(f"threshold {args.threshold}: --num-bands {b} --rows-per-band {r}  (uses {b * r} of {args.num_perm} "
-          f"permutations; 50% point {(1 / b) ** (1 / r):.4f})")
-    print("| similarity | P(candidate) |")
-    print("|---:|---:|")
-    for s in np.round(np.arange(args.threshold - 0.2, args.threshold + 0.2001, 0.05), 4):
-        if 0.0 <= s <= 1.0:
-            print(f"| {s:.2f} | {probability(s, b, r):.4f} |")
+    choices = [("recommended", b, r)]
+    if (args.num_bands is None) != (args.rows_per_band is None):
+        raise UsageError("Give --num-bands and --rows-per-band together.")
+    if args.num_bands is not None:
+        check_banding(args.num_bands, args.rows_per_band, args.num_perm)
+        choices.append(("yours", args.num_bands, args.rows_per_band))
+    t = args.threshold
+    for name, nb, nr in choices:
+        print(f"{name}: --num-bands {nb} --rows-per-band {nr}  (uses {nb * nr} of {args.num_perm} permutations; "
+              f"50% point {(1 / nb) ** (1 / nr):.4f}; a pair at the threshold {t} is a candidate "
+              f"{100 * probability(t, nb, nr):.1f}% of the time, one at {max(0.0, t - 0.2):.2f} "
+              f"{100 * probability(max(0.0, t - 0.2), nb, nr):.2f}%)")
+    print("| similarity | " + " | ".join(f"P(candidate), {n} {nb} x {nr}" for n, nb, nr in choices) + " |")
+    print("|---:|" + "---:|" * len(choices))
+    for sim in np.round(np.arange(t - 0.2, t + 0.2001, 0.05), 4):
+        if 0.0 <= sim <= 1.0:
+            print(f"| {sim:.2f} | " + " | ".join(f"{probability(sim, nb, nr):.4f}" for _, nb, nr in choices) + " |")
 
 
 def _demo(args: argparse.Namespace) -> dict[str, Any]:

@@ -29,8 +29,20 @@ def test_help_describes_every_option() -> None:
 def test_tune_prints_choice_and_s_curve() -> None:
     res = _run("tune", "--threshold", "0.7")
     assert res.returncode == 0
-    assert "--num-bands 14 --rows-per-band 9" in res.stdout
+    assert "recommended: --num-bands 14 --rows-per-band 9" in res.stdout
     assert "| 0.50 |" in res.stdout and "| 0.90 |" in res.stdout
+
+
+def test_tune_compares_your_banding_with_the_recommended_one() -> None:
+    res = _run("tune", "--threshold", "0.8", "--num-bands", "16", "--rows-per-band", "8")
+    assert res.returncode == 0, res.stderr
+    assert "recommended: --num-bands 9 --rows-per-band 13" in res.stdout
+    assert "yours: --num-bands 16 --rows-per-band 8" in res.stdout
+    assert "is a candidate 94.7% of the time" in res.stdout  # p(0.8) for 16 x 8, as the contract says
+    row = next(line for line in res.stdout.splitlines() if line.startswith("| 0.80 |"))
+    assert row.endswith("| 0.9470 |")
+    bad = _run("tune", "--threshold", "0.8", "--num-bands", "20", "--rows-per-band", "8")
+    assert bad.returncode == 2 and "num_bands * rows_per_band must be <= num_perm" in bad.stderr
 
 
 def test_usage_errors_exit_2_in_one_line(tmp_path: Path) -> None:
