@@ -172,14 +172,28 @@ class ProtectedNgrams:
         ok = _kernels.spans_equal(batch.buf, ws, we, self.buf, self.start[gram], self.end[gram])
         return doc[ok].astype(np.int64), gram[ok].astype(np.int64)
 
+    def first_hits(self, batch: TextBatch) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+        """Per document of `batch`: the smallest record index among its confirmed hits (-1 if clean),
+        and the smallest n-gram index among its hits of that record (-1 if clean)."""
+        n_docs = len(batch.word_offsets) - 1
+        big = np.iinfo(np.int64).max
+        record = np.full(n_docs, big, dtype=np.int64)
+        gram_of = np.full(n_docs, -1, dtype=np.int64)
+        doc, gram = self.hits(batch)
+        if len(doc):
+            rec = self.min_record[gram].astype(np.int64)
+            np.minimum.at(record, doc, rec)
+            best = rec == record[doc]
+            g = np.full(n_docs, big, dtype=np.int64)
+            np.minimum.at(g, doc[best], gram[best])
+            hit = record != big
+            gram_of[hit] = g[hit]
+        record[record == big] = -1
+        return record.astype(np.int32), gram_of
+
     def first_hit(self, batch: TextBatch) -> NDArray[np.int32]:
         """Per document of `batch`: the smallest record index among its confirmed hits, or -1 if clean."""
-        n_docs = len(batch.word_offsets) - 1
-        out = np.full(n_docs, np.iinfo(np.int32).max, dtype=np.int32)
-        doc, gram = self.hits(batch)
-        np.minimum.at(out, doc, self.min_record[gram])
-        out[out == np.iinfo(np.int32).max] = -1
-        return out
+        return self.first_hits(batch)[0]
 
     def hit_counts(self, batch: TextBatch) -> pd.DataFrame:
         """Documents of `batch` hitting each record and each file, with the smallest n-gram hit per record.

@@ -77,6 +77,7 @@ def features_meta(num_perm: int, id_dtype: Any) -> pd.DataFrame:
         "tkey": pd.Series(dtype=np.uint64),
         "tkey2": pd.Series(dtype=np.uint64),
         "source": pd.Series(dtype=np.int32),
+        "source_gram": pd.Series(dtype=np.int64),
     }
     for c in sig_columns(num_perm):
         cols[c] = pd.Series(dtype=np.uint32)
@@ -89,7 +90,8 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
 
     tkey/tkey2: two independent 64-bit hashes of the document's words (0 for a document with
     no words or a contaminated one: such documents take no part in near-dedup).
-    source: index of the protected file it overlaps first, -1 when clean.
+    source: the smallest index of a protected record it overlaps, -1 when clean; source_gram: the
+    smallest index of an n-gram of that record it holds (for reports), -1 when clean.
     """
     batch = encode_batch(texts_of(part[text_column]))
     n = len(part)
@@ -99,9 +101,9 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
         if params.ngram_size != protected.ngram_size:
             raise ValueError(f"Protected n-grams were built with ngram_size={protected.ngram_size}, "
                              f"but the job runs with ngram_size={params.ngram_size}.")
-        source = protected.first_hit(batch)
+        source, source_gram = protected.first_hits(batch)
     else:
-        source = np.full(n, -1, dtype=np.int32)
+        source, source_gram = np.full(n, -1, dtype=np.int32), np.full(n, -1, dtype=np.int64)
     # Two independent 64-bit hashes of the document's words (FNV-1a and xorshift-multiply).
     first = batch.word_offsets[:-1][has_words]
     last = batch.word_offsets[1:][has_words] - 1
@@ -117,7 +119,7 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
     tkey2[~active] = 0
     number = partition_info["number"] if partition_info else 0
     out = pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(number, n), "tkey": tkey,
-                        "tkey2": tkey2, "source": source.astype(np.int32)},
+                        "tkey2": tkey2, "source": source.astype(np.int32), "source_gram": source_gram},
                        index=range(n))
     sig_frame = pd.DataFrame(sigs, columns=sig_columns(params.num_perm))
     return pd.concat([out, sig_frame], axis=1)
@@ -257,12 +259,17 @@ def unique_pairs(edges: pd.DataFrame) -> pd.DataFrame:
 
 def left_payload_meta(params: Params) -> pd.DataFrame:
     cols: dict[str, Any] = {"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64)}
-    if params.confirm == "estimate":
-        for c in sig_columns(params.num_perm):
-            cols[c] = pd.Series(dtype=np.uint32)
-    else:
+    for c in sig_columns(params.num_perm):
+        cols[c] = pd.Series(dtype=np.uint32)
+    if params.confirm == "exact":
         cols["_shingles"] = pd.Series(dtype=object)
     return pd.DataFrame(cols)
+
+
+SCORED_META = pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
+                            "estimate": pd.Series(dtype=np.float32), "jaccard": pd.Series(dtype=np.float32),
+                            "confirmed": pd.Series(dtype=bool)})
+"""A scored candidate pair: its signature estimate, its exact Jaccard (NaN unless confirm is exact)."""
 
 
 def shingle_sets(texts: list[str | None], shingle_size: int) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
@@ -279,35 +286,36 @@ def shingle_sets(texts: list[str | None], shingle_size: int) -> tuple[NDArray[np
 
 def pairs_with_left(edges: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
                     params: Params) -> pd.DataFrame:
-    """At the partition of each pair's left document: one row per distinct pair, with what confirming
-    it needs from the left side (its signature, or for exact Jaccard its text)."""
+    """At the partition of each pair's left document: one row per distinct pair, with what scoring
+    it needs from the left side (its signature, and for exact Jaccard its shingle hashes)."""
     pairs = unique_pairs(edges)
     rows = key_row(pairs["left"].to_numpy(np.int64))
+    sigs = feat[sig_columns(params.num_perm)].to_numpy()[rows]
+    out = pd.concat([pairs, pd.DataFrame(sigs, columns=sig_columns(params.num_perm))], axis=1)
     if params.confirm == "estimate":
-        sigs = feat[sig_columns(params.num_perm)].to_numpy()[rows]
-        return pd.concat([pairs, pd.DataFrame(sigs, columns=sig_columns(params.num_perm))], axis=1)
+        return out
     assert part is not None
     texts = texts_of(part[text_column])
     values, offsets = shingle_sets([texts[r] for r in rows], params.shingle_size)
     blobs = [values[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(rows))]
-    return pairs.assign(_shingles=pd.Series(blobs, dtype=object))
+    return out.assign(_shingles=pd.Series(blobs, dtype=object))
 
 
-def confirm_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
-                     params: Params) -> pd.DataFrame:
-    """At the partition of each pair's right document: the pairs that reach the threshold."""
-    from dedup.near import confirm_pairs
+def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
+                   params: Params) -> pd.DataFrame:
+    """At the partition of each pair's right document: every pair's estimate (and exact Jaccard), and
+    whether it reaches the threshold by the chosen confirm mode."""
+    from dedup.minhash import pair_estimates
 
     n = len(rows)
     if n == 0:
-        return PAIR_META.copy()
+        return SCORED_META.copy()
     right_rows = key_row(rows["right"].to_numpy(np.int64))
-    if params.confirm == "estimate":
-        li, ri = np.arange(n), np.arange(n, 2 * n)
-        cols = sig_columns(params.num_perm)
-        sigs = np.concatenate([rows[cols].to_numpy(np.uint32), feat[cols].to_numpy(np.uint32)[right_rows]])
-        ok = confirm_pairs(li, ri, params, sigs=sigs)
-    else:
+    cols = sig_columns(params.num_perm)
+    sigs = np.concatenate([rows[cols].to_numpy(np.uint32), feat[cols].to_numpy(np.uint32)[right_rows]])
+    estimate = pair_estimates(sigs, np.arange(n), np.arange(n, 2 * n))
+    jaccard = np.full(n, np.nan)
+    if params.confirm == "exact":
         assert part is not None
         texts = texts_of(part[text_column])
         b_vals, b_off = shingle_sets([texts[r] for r in right_rows], params.shingle_size)
@@ -316,9 +324,45 @@ def confirm_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame 
         a_off = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=a_off[1:])
         a_vals = np.frombuffer(b"".join(blobs), dtype=np.uint64)
-        sim = _kernels.sorted_jaccard(a_vals, a_off[:-1], a_off[1:], b_vals, b_off[:-1], b_off[1:])
-        ok = sim >= params.threshold
-    return rows.loc[ok, ["left", "right"]].reset_index(drop=True)
+        jaccard = _kernels.sorted_jaccard(a_vals, a_off[:-1], a_off[1:], b_vals, b_off[:-1], b_off[1:])
+        confirmed = jaccard >= params.threshold
+    else:
+        confirmed = estimate >= params.threshold
+    return pd.DataFrame({"left": rows["left"].to_numpy(np.int64), "right": rows["right"].to_numpy(np.int64),
+                         "estimate": estimate.astype(np.float32), "jaccard": jaccard.astype(np.float32),
+                         "confirmed": confirmed})
+
+
+DIRECTED_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "nbr": pd.Series(dtype=np.int64),
+                              "estimate": pd.Series(dtype=np.float32), "jaccard": pd.Series(dtype=np.float32)})
+
+
+def pair_directions(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Each pair as two rows, (doc, nbr) both ways, with its similarities."""
+    left, right = pairs["left"].to_numpy(np.int64), pairs["right"].to_numpy(np.int64)
+    est, jac = pairs["estimate"].to_numpy(np.float32), pairs["jaccard"].to_numpy(np.float32)
+    return pd.DataFrame({"doc": np.concatenate([left, right]), "nbr": np.concatenate([right, left]),
+                         "estimate": np.concatenate([est, est]), "jaccard": np.concatenate([jac, jac])})
+
+
+def neighbour_ids(rows: pd.DataFrame, feat: pd.DataFrame) -> pd.DataFrame:
+    """At the neighbours' partition: each row gets its neighbour's id as `matched`."""
+    ids = feat["_id"].to_numpy()[key_row(rows["nbr"].to_numpy(np.int64))]
+    return rows[["doc", "nbr", "estimate", "jaccard"]].reset_index(drop=True).assign(matched=ids)
+
+
+def match_meta(id_meta: pd.Series) -> pd.DataFrame:
+    return pd.DataFrame({"doc": pd.Series(dtype=np.int64), "matched": id_meta.iloc[:0],
+                         "estimate": pd.Series(dtype=np.float32), "jaccard": pd.Series(dtype=np.float32)})
+
+
+def closest_match(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per document: the row whose neighbour has the smallest id (numeric or string order)."""
+    r = rows.reset_index(drop=True)
+    if not pd.api.types.is_integer_dtype(r["matched"].dtype):
+        r = r.assign(matched=r["matched"].astype(object))
+    first = r.sort_values(["doc", "matched"], kind="stable").drop_duplicates("doc")
+    return first[["doc", "matched", "estimate", "jaccard"]].reset_index(drop=True)
 
 
 MEMBER_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "label": pd.Series(dtype=np.int64)})

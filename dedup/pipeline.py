@@ -97,15 +97,16 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         report.largest_approximated_bucket = c["largest_approximated_bucket"]
         stage.summary = f"bucket edges on the workers, {report.approximated_buckets} approximated bucket(s)"
     with Stage(report, "confirm") as stage:
-        graph, c = stages.confirm(edges, feat, ddf, text_column=text_column, params=params)
-        report.candidate_pairs, report.confirmed_pairs = c["candidate_pairs"], c["confirmed_pairs"]
-        report.same_text_pairs = c["same_text_pairs"]
+        graph, pairs, conf = stages.confirm(edges, feat, ddf, text_column=text_column, params=params)
+        report.similarity_histogram = conf["similarity_histogram"]
+        report.candidate_pairs, report.confirmed_pairs = conf["candidate_pairs"], conf["confirmed_pairs"]
+        report.same_text_pairs = conf["same_text_pairs"]
         stage.summary = (f"{report.confirmed_pairs} of {report.candidate_pairs} candidate pairs reach "
                          f"{params.threshold:.3f} ({params.confirm}), {report.same_text_pairs} same-text pairs")
     with Stage(report, "components") as stage:
         mode = components
         if mode == "auto":
-            mode = "client" if c["graph_edges"] <= CLIENT_COMPONENT_EDGES else "distributed"
+            mode = "client" if conf["graph_edges"] <= CLIENT_COMPONENT_EDGES else "distributed"
         report.components = mode
         if mode == "client":
             labels = stages.components_on_client(graph, feat.npartitions)

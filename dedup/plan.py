@@ -44,6 +44,7 @@ class Report:
     largest_approximated_bucket: int = 0
     components: str = ""
     component_rounds: int = 0
+    similarity_histogram: list[int] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
 

@@ -172,32 +172,58 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None) 
 
 # -- confirm ---------------------------------------------------------------------------------------
 
+SIMILARITY_BINS = 50
+"""Bins of [0, 1] for the similarity histogram of candidate pairs (the report's plot)."""
+
+
 def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str,
-            params: Params) -> tuple[dd.DataFrame, dict[str, int]]:
-    """Confirmed edges, found on the workers: each distinct candidate pair goes to its left
-    document's partition (collecting its signature, or its text for exact Jaccard), then to its
-    right document's, where it is compared. Same-text edges join them unconfirmed (Jaccard 1).
-    Returns the persisted edge list (left, right) that the components are made of."""
+            params: Params) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, Any]]:
+    """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
+    document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
+    then to its right document's, where it is scored. Same-text edges join them unscored
+    (similarity 1). Returns the persisted graph (left, right) the components are made of, the
+    persisted confirmed pairs with their similarities (left, right, estimate, jaccard), and counts
+    with a histogram of every candidate's similarity."""
     n = feat.npartitions
-    estimate = params.confirm == "estimate"
     cand = edges[edges["kind"] != frames.KIND_SAME_TEXT].map_partitions(frames.unique_pairs, meta=frames.PAIR_META)
-    src = None if estimate else texts
+    src = None if params.confirm == "estimate" else texts
     at_left = dd.map_partitions(frames.pairs_with_left, route(cand, "left", n), feat, src, text_column, params,
                                 meta=frames.left_payload_meta(params), align_dataframes=False)
-    confirmed = dd.map_partitions(frames.confirm_at_right, route(at_left, "right", n), feat, src, text_column, params,
-                                  meta=frames.PAIR_META, align_dataframes=False)
+    scored = dd.map_partitions(frames.score_at_right, route(at_left, "right", n), feat, src, text_column, params,
+                               meta=frames.SCORED_META, align_dataframes=False).persist()
     same_bucket = route(edges[edges["kind"] == frames.KIND_SAME_TEXT][["left", "right"]], "left", n).map_partitions(
         frames.unique_pairs, meta=frames.PAIR_META)  # one row per pair, not one per band
     same_local = feat.map_partitions(frames.same_text_edges, meta=frames.PAIR_META)
-    graph = dd.concat([confirmed, same_bucket, same_local]).persist()
-    sizes = {name: part.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"})
-             for name, part in (("candidate", at_left), ("confirmed", confirmed), ("same_bucket", same_bucket),
-                                ("same_local", same_local))}
-    got = compute(*sizes.values())
-    c = {name: int(g["n"].sum()) for name, g in zip(sizes, got)}
-    return graph, {"candidate_pairs": c["candidate"], "confirmed_pairs": c["confirmed"],
-                   "same_text_pairs": c["same_bucket"] + c["same_local"],
-                   "graph_edges": c["confirmed"] + c["same_bucket"] + c["same_local"]}
+    same = dd.concat([same_bucket, same_local])
+    confirmed = scored[scored["confirmed"]][["left", "right", "estimate", "jaccard"]]
+    ones = {"estimate": np.float32(1.0), "jaccard": np.float32(1.0 if params.confirm == "exact" else np.nan)}
+    pairs = dd.concat([confirmed, same.assign(**ones)]).persist()
+    graph = pairs[["left", "right"]]
+
+    def tally(d: pd.DataFrame) -> pd.DataFrame:
+        column = "jaccard" if params.confirm == "exact" else "estimate"
+        hist = np.histogram(d[column].to_numpy(np.float64), bins=SIMILARITY_BINS, range=(0.0, 1.0))[0]
+        return pd.DataFrame({"candidates": [len(d)], "confirmed": [int(d["confirmed"].sum())], "hist": [hist]})
+
+    (c, s) = compute(scored.map_partitions(tally, meta={"candidates": "int64", "confirmed": "int64", "hist": object}),
+                     same.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"}))
+    hist = np.sum(np.stack(c["hist"].to_list()), axis=0) if len(c) else np.zeros(SIMILARITY_BINS, np.int64)
+    counts: dict[str, Any] = {"candidate_pairs": int(c["candidates"].sum()), "confirmed_pairs": int(c["confirmed"].sum()),
+                              "same_text_pairs": int(s["n"].sum()), "similarity_histogram": [int(x) for x in hist]}
+    counts["graph_edges"] = counts["confirmed_pairs"] + counts["same_text_pairs"]
+    return graph, pairs, counts
+
+
+def matches(pairs: dd.DataFrame, feat: dd.DataFrame) -> dd.DataFrame:
+    """(doc, matched, estimate, jaccard) for every document in a confirmed or same-text pair: the
+    neighbour with the smallest id it was matched to directly, and that pair's similarities; routed to
+    the document's own partition (for the report). Choices depend on ids, never on keys."""
+    n = feat.npartitions
+    both = pairs.map_partitions(frames.pair_directions, meta=frames.DIRECTED_META)
+    with_ids = dd.map_partitions(frames.neighbour_ids, route(both, "nbr", n), feat,
+                                 meta=frames.DIRECTED_META.assign(matched=feat._meta["_id"].iloc[:0]),
+                                 align_dataframes=False)
+    return route(with_ids, "doc", n).map_partitions(frames.closest_match, meta=frames.match_meta(feat._meta["_id"]))
 
 
 # -- components ------------------------------------------------------------------------------------
