@@ -66,6 +66,11 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
     o.add_argument("--features-on-disk", action="store_true",
                    help="write intermediate signatures (about 0.5 KB a document) to Parquet next to the output "
                         "instead of keeping them in worker memory; for corpora larger than the cluster's memory")
+    o.add_argument("--dry-run", action="store_true",
+                   help="run everything but write only _dedup.json and _report/ into OUTPUT, no shards: see what "
+                        "would be removed before paying for the write")
+    o.add_argument("--no-report", action="store_true",
+                   help="skip _report/ (index.html, the page to read, and removed.parquet, one row per removed document)")
     o.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
 
 
@@ -159,7 +164,8 @@ def _prepare(args: argparse.Namespace) -> Any:
     return plan.prepare(args.input, args.output, protected=protected, near=near, id_column=args.id_column,
                             text_column=args.text_column, params=params,
                             drop=not getattr(args, "keep_duplicates", False), overwrite=args.overwrite,
-                            components=getattr(args, "components", "auto"), features_on_disk=args.features_on_disk)
+                            components=getattr(args, "components", "auto"), features_on_disk=args.features_on_disk,
+                            dry_run=args.dry_run, write_report=not args.no_report)
 
 
 def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:

@@ -378,13 +378,13 @@ def roots_of_components(rows: pd.DataFrame) -> pd.DataFrame:
     """(doc, root) for every member, where root is the smallest id of its component (all of a
     component's rows are in this partition): numeric order for integer ids, string order otherwise."""
     if rows.empty:
-        return pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": rows["_id"].iloc[:0]})
+        return pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": rows["_id"].iloc[:0], "_id": rows["_id"].iloc[:0]})
     rows = rows.drop_duplicates("doc")
     ids = rows["_id"]
     if not pd.api.types.is_integer_dtype(ids.dtype):
         ids = ids.astype(object)
     root = ids.groupby(rows["label"].to_numpy()).transform("min")
-    return pd.DataFrame({"doc": rows["doc"].to_numpy(np.int64), "root": root.to_numpy()})
+    return pd.DataFrame({"doc": rows["doc"].to_numpy(np.int64), "root": root.to_numpy(), "_id": ids.to_numpy()})
 
 
 def component_counts(roots: pd.DataFrame) -> pd.DataFrame:

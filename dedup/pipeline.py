@@ -22,8 +22,10 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from numpy.typing import NDArray
 
-from dedup import frames, io, stages
+from dedup import frames, io, removed, stages
+from dedup import report as report_page
 from dedup import shards as shards_mod
 from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
 from dedup.decontam import PathLike, ProtectedNgrams
@@ -43,6 +45,10 @@ class Decisions:
 
     feat: dd.DataFrame
     roots: dd.DataFrame | None
+    matches: dd.DataFrame | None = None
+    """(doc, matched, estimate, jaccard) per clustered document at its partition, for the report."""
+    by_component: dd.DataFrame | None = None
+    """(doc, root, _id) of clustered documents, persisted, grouped by component."""
 
 
 def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:
@@ -65,8 +71,9 @@ def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:
 def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool, id_column: str, text_column: str,
             params: Params, report: Report, components: str = "auto", npartitions: int | None = None,
             features_dir: str | None = None, locate: Callable[[int], tuple[str, int]] | None = None,
-            null_id_files: Sequence[str] = ()) -> Decisions:
-    """Run the stages; the report gets every count. `locate` maps a document key to (file, row)."""
+            null_id_files: Sequence[str] = (), details: bool = False) -> Decisions:
+    """Run the stages; the report gets every count. `locate` maps a document key to (file, row);
+    `details` also finds each clustered document's closest match (for `_report/removed.parquet`)."""
     if components not in COMPONENT_MODES:
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
     with Stage(report, "features") as stage:
@@ -90,7 +97,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         stages.check_unique_ids(stages.repeated_ids(feat, npartitions), id_column, locate)
         stage.summary = "every id occurs once"
     if not near:
-        return Decisions(feat, None)
+        return Decisions(feat, None, None, None)
     with Stage(report, "buckets") as stage:
         edges, c = stages.buckets(feat, params, npartitions)
         report.approximated_buckets = c["approximated_buckets"]
@@ -110,18 +117,19 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         report.components = mode
         if mode == "client":
             labels = stages.components_on_client(graph, feat.npartitions)
-            stage.summary = f"{c['graph_edges']} edges joined on the client"
+            stage.summary = f"{conf['graph_edges']} edges joined on the client"
         else:
             labels, rounds = stages.components_on_cluster(graph, npartitions or feat.npartitions)
             report.component_rounds = rounds
-            stage.summary = f"{c['graph_edges']} edges joined on the cluster in {rounds} large/small-star rounds"
+            stage.summary = f"{conf['graph_edges']} edges joined on the cluster in {rounds} large/small-star rounds"
     with Stage(report, "roots") as stage:
-        roots, c = stages.roots(labels, feat)
+        roots, by_component, c = stages.roots(labels, feat)
         report.clusters, report.largest_cluster = c["clusters"], c["largest"]
         report.near_duplicates = c["members"] - c["clusters"]
         stage.summary = (f"{report.clusters} clusters, largest {report.largest_cluster}, "
                          f"{report.near_duplicates} near duplicates")
-    return Decisions(feat, roots)
+    found = stages.matches(pairs, feat) if details else None
+    return Decisions(feat, roots, found, by_component)
 
 
 def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
@@ -257,6 +265,128 @@ def _locator(groups: list[list[shards_mod.Shard]]) -> Callable[[int], tuple[str,
     return locate
 
 
+def _write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.DataFrame | None,
+                   layout: tuple[list[list[shards_mod.Shard]], pa.Schema], id_column: str,
+                   protected: ProtectedNgrams | None, staging_url: str,
+                   partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Write `_report/removed.parquet/<input file name>` for each input file of one partition."""
+    import fsspec
+
+    assert partition_info is not None
+    groups, schema = layout
+    _, cluster = frames.row_decisions(feat, roots, drop=False)
+    table = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column))
+    fs, root = fsspec.core.url_to_fs(staging_url)
+    offset = written = 0
+    row_of_removed = np.flatnonzero((feat["source"].to_numpy() >= 0) | (cluster != feat["_id"].to_numpy(
+        dtype=np.int64 if pd.api.types.is_integer_dtype(feat["_id"].dtype) else object)))
+    for s in groups[partition_info["number"]]:
+        lo, hi = np.searchsorted(row_of_removed, [offset, offset + s.rows])
+        part = table.slice(lo, hi - lo)
+        shards_mod.write_shard(part, fs, f"{root}/{removed.REMOVED}/{s.name}")
+        offset += s.rows
+        written += part.num_rows
+    return pd.DataFrame({"rows": [written]})
+
+
+def _pick(part: pd.DataFrame, feat: pd.DataFrame, keys: NDArray[np.int64], text_column: str) -> pd.DataFrame:
+    """The (doc, id, text) of the wanted document keys that live in this partition."""
+    doc = feat["doc"].to_numpy(np.int64)
+    hit = np.isin(doc, keys)
+    texts = frames.texts_of(part[text_column].iloc[np.flatnonzero(hit)]) if hit.any() else []
+    return pd.DataFrame({"doc": doc[hit], "_id": feat["_id"].to_numpy(dtype=object)[hit],
+                         "text": pd.Series(texts, dtype=object)})
+
+
+def _report_extras(decided: Decisions, ddf: dd.DataFrame, text_column: str, params: Params, report: Report,
+                   protected: ProtectedNgrams | None, top: int = 5, per_cluster: int = 3) -> report_page.Extras:
+    """The small summaries the report page needs: cluster sizes, the largest clusters with a few members
+    (their texts and similarities to the root), and one example document per top protected record."""
+    from dedup.minhash import estimate, signatures
+    from dedup.text import jaccard, shingles
+
+    extras = report_page.Extras()
+    wanted: list[int] = []
+    tops: list[tuple[int, Any]] = []
+    members: pd.DataFrame | None = None
+    if decided.by_component is not None and report.clusters:
+        bc = decided.by_component
+
+        def sizes(d: pd.DataFrame) -> pd.DataFrame:
+            per_root = d.groupby("root").size()
+            vc = per_root.value_counts()
+            best = per_root.sort_values(ascending=False, kind="stable").head(top)
+            return pd.DataFrame({"kind": ["size"] * len(vc) + ["top"] * len(best),
+                                 "size": list(vc.index) + list(best.to_numpy()),
+                                 "count": list(vc.to_numpy()) + [0] * len(best),
+                                 "root": [None] * len(vc) + list(best.index.astype(object))})
+
+        (got,) = compute(bc.map_partitions(sizes, meta={"kind": object, "size": "int64", "count": "int64", "root": object}))
+        s = got[got["kind"] == "size"].groupby("size")["count"].sum()
+        extras.cluster_sizes = {int(k): int(v) for k, v in s.items()}
+        t = got[got["kind"] == "top"]
+        tops = sorted(zip(t["size"].astype(int), t["root"]), key=lambda x: (-x[0], str(x[1])))[:top]
+        roots_wanted = shared([r for _, r in tops])
+
+        def firsts(d: pd.DataFrame, rs: list[Any]) -> pd.DataFrame:
+            d = d[d["root"].isin(rs)]
+            d = d.assign(_k=d["_id"].astype(object)).sort_values(["root", "_k"], kind="stable") if len(d) else d
+            return d.groupby("root", sort=False).head(per_cluster + 1)[["doc", "root", "_id"]]
+
+        (members,) = compute(bc.map_partitions(firsts, roots_wanted, meta=bc._meta[["doc", "root", "_id"]]))
+        wanted += members["doc"].astype(np.int64).tolist()
+    examples: pd.DataFrame | None = None
+    if protected is not None and report.contaminated:
+        def first_per_record(f: pd.DataFrame) -> pd.DataFrame:
+            c = f[f["source"] >= 0]
+            c = c.assign(_k=c["_id"].astype(object)).sort_values(["source", "_k"], kind="stable")
+            return c.drop_duplicates("source")[["source", "doc", "_id"]]
+
+        (examples,) = compute(decided.feat.map_partitions(first_per_record, meta=decided.feat._meta[["source", "doc", "_id"]]))
+        examples = examples.assign(_k=examples["_id"].astype(object)).sort_values(["source", "_k"]).drop_duplicates("source")
+        wanted += examples["doc"].astype(np.int64).tolist()
+    if not wanted:
+        return extras
+    keys = np.unique(np.asarray(wanted, dtype=np.int64))
+    (texts,) = compute(dd.map_partitions(_pick, ddf, decided.feat, shared(keys), text_column,
+                                         meta={"doc": "int64", "_id": object, "text": object}, align_dataframes=False))
+    text_of = dict(zip(texts["doc"].astype(np.int64), texts["text"]))
+    if members is not None:
+        for size, root in tops:
+            rows = members[members["root"] == root]
+            root_rows = rows[rows["_id"].astype(object) == root]
+            root_text = text_of.get(int(root_rows["doc"].iloc[0]), "") if len(root_rows) else ""
+            view = report_page.ClusterView(root, int(size), root_text or "")
+            others = rows[rows["_id"].astype(object) != root].head(per_cluster)
+            for doc, ident in zip(others["doc"].astype(np.int64), others["_id"]):
+                t = text_of.get(int(doc), "") or ""
+                sigs = signatures([root_text, t], num_perm=params.num_perm, seed=params.seed,
+                                          shingle_size=params.shingle_size)
+                view.members.append({"id": ident, "text": t, "estimate": float(estimate(sigs[0], sigs[1])),
+                                     "jaccard": jaccard(shingles(root_text or "", params.shingle_size),
+                                                        shingles(t, params.shingle_size))})
+            extras.clusters.append(view)
+    if examples is not None and protected is not None:
+        for rec, doc in zip(examples["source"].astype(int), examples["doc"].astype(np.int64)):
+            key = (protected.files[protected.record_file[rec]], protected.record_labels[rec])
+            extras.record_examples[key] = text_of.get(int(doc), "") or ""
+    return extras
+
+
+def _warnings(report: Report, params: Params) -> list[str]:
+    """What a reader of the report must not miss."""
+    out = []
+    for r in report.contaminated_by_record:
+        if report.input_rows and r["documents"] > stages.CONTAMINATION_WARN_SHARE * report.input_rows:
+            out.append(f"Protected record {r['record']} of {r['file']} alone removes {r['documents']:,} documents "
+                       f"({100 * r['documents'] / report.input_rows:.1f}% of the corpus), e.g. by the n-gram "
+                       f"'{r['ngram']}': check that it is eval text and not boilerplate.")
+    if report.approximated_buckets:
+        out.append(f"{report.approximated_buckets} LSH bucket(s) had more than {params.max_bucket} distinct texts "
+                   f"(largest {report.largest_approximated_bucket}) and were joined by star edges, not all pairs.")
+    return out
+
+
 def cluster_type(schema: pa.Schema, id_column: str) -> pa.DataType:
     """The type of `minhash_cluster`: the id column's (its value type when dictionary-encoded)."""
     t = schema.field(id_column).type
@@ -280,14 +410,26 @@ def execute(plan: Plan) -> dict[str, Any]:
                     ddf, protected=plan.protected, near=plan.near, id_column=plan.id_column,
                     text_column=plan.text_column, params=params, report=report, components=plan.components,
                     features_dir=staging.url + "/_features" if plan.features_on_disk else None,
-                    locate=_locator(groups))
-                with Stage(report, "write") as stage:
-                    layout = shared((groups, plan.schema))
-                    writes = dd.map_partitions(
-                        _write_group, decided.feat[["doc", "source", "_id"]], decided.roots, layout, plan.id_column,
-                        plan.drop and plan.near, plan.near, staging.url, meta={"rows": "int64"}, align_dataframes=False)
-                    compute(writes, retries=plan.retries)
-                    stage.summary = f"{len(plan.shards)} Parquet shards to the staging directory"
+                    locate=_locator(groups), details=plan.write_report)
+                layout = shared((groups, plan.schema))
+                if not plan.dry_run:
+                    with Stage(report, "write") as stage:
+                        writes = dd.map_partitions(
+                            _write_group, decided.feat[["doc", "source", "_id"]], decided.roots, layout, plan.id_column,
+                            plan.drop and plan.near, plan.near, staging.url, meta={"rows": "int64"},
+                            align_dataframes=False)
+                        compute(writes, retries=plan.retries)
+                        stage.summary = f"{len(plan.shards)} Parquet shards to the staging directory"
+                if plan.write_report:
+                    with Stage(report, "report") as stage:
+                        prot = shared(plan.protected) if plan.protected is not None else None
+                        writes = dd.map_partitions(
+                            _write_removed, decided.feat[["doc", "source", "source_gram", "_id"]], decided.roots,
+                            decided.matches, layout, plan.id_column, prot, staging.url, meta={"rows": "int64"},
+                            align_dataframes=False)
+                        (w,) = compute(writes, retries=plan.retries)
+                        extras = _report_extras(decided, ddf, plan.text_column, params, report, plan.protected)
+                        stage.summary = f"{int(w['rows'].sum())} removed documents listed in {removed.REMOVED}"
                 staging.remove("_features")
             except Exception as exc:
                 _explain_killed_worker(exc, [[s.path for s in g] for g in groups],
@@ -295,9 +437,9 @@ def execute(plan: Plan) -> dict[str, Any]:
                 raise
         else:
             log.warning("input %s holds no files: writing an empty output", plan.input)
-        output_rows = io.parquet_rows(staging.fs, staging.tmp)
         dropped_near = report.near_duplicates if (plan.near and plan.drop) else 0
         expected = report.input_rows - report.contaminated - dropped_near
+        output_rows = expected if plan.dry_run else io.parquet_rows(staging.fs, staging.tmp)
         if output_rows != expected:
             raise RuntimeError(f"Accounting mismatch: wrote {output_rows} rows, expected {expected} "
                                f"({report.input_rows} in - {report.contaminated} contaminated - {dropped_near} "
@@ -324,7 +466,15 @@ def execute(plan: Plan) -> dict[str, Any]:
             "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
             "protected_files": list(prot.files) if prot else [],
             "versions": _versions(), "seconds": report.seconds,
+            "dry_run": plan.dry_run, "similarity_histogram": report.similarity_histogram,
+            "warnings": _warnings(report, params),
+            "report": removed.PAGE if plan.write_report else None,
+            "removed": removed.REMOVED if plan.write_report else None,
         }
+        if plan.write_report:
+            page = report_page.render(manifest, extras if plan.shards else report_page.Extras())
+            with staging.fs.open(f"{staging.tmp}/{removed.PAGE}", "w", encoding="utf-8") as fh:
+                fh.write(page)
         staging.write_json(MANIFEST, manifest)  # written last: the manifest marks the output complete
         with deferred_interrupts() as deferred:
             try:
@@ -352,15 +502,18 @@ def execute(plan: Plan) -> dict[str, Any]:
 def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
         text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
         components: str = "auto", retries: int = 2, features_on_disk: bool = False,
-        partition_rows: int = shards_mod.PARTITION_ROWS) -> dict[str, Any]:
+        partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True) -> dict[str, Any]:
     """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
 
     Runs on the active distributed client (or the local scheduler without one). OUTPUT mirrors
     the input files (same relative names, same schema plus `minhash_cluster`) and holds
     `_dedup.json`, the manifest, which is returned and which marks OUTPUT complete.
     `partition_rows` bounds how many rows of small consecutive shards are read as one partition.
+    Unless `write_report` is False, `_report/` gets `index.html` and `removed.parquet`; with
+    `dry_run`, OUTPUT gets only the manifest and the report, no shards.
     """
     plan = prepare(input, output, protected=protected, near=near, id_column=id_column, text_column=text_column,
                    params=params, drop=drop, overwrite=overwrite, components=components, retries=retries,
-                   features_on_disk=features_on_disk, partition_rows=partition_rows)
+                   features_on_disk=features_on_disk, partition_rows=partition_rows, dry_run=dry_run,
+                   write_report=write_report)
     return execute(plan)

@@ -88,6 +88,8 @@ class Plan:
     components: str
     retries: int
     features_on_disk: bool
+    dry_run: bool
+    write_report: bool
     staging: Staging
     report: Report
     start: float
@@ -99,7 +101,7 @@ class Plan:
 def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
             text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
             components: str = "auto", retries: int = 2, features_on_disk: bool = False,
-            partition_rows: int = shards_mod.PARTITION_ROWS) -> Plan:
+            partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True) -> Plan:
     """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right."""
     start = time.perf_counter()
     params = params or Params()
@@ -128,6 +130,6 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
     staging = Staging(output)
     groups = shards_mod.partitions(found, rows=partition_rows)
     return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, components,
-                retries, features_on_disk, staging, report, start)
+                retries, features_on_disk, dry_run, write_report, staging, report, start)
 
 

@@ -279,8 +279,9 @@ def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.Dat
 
 # -- roots -----------------------------------------------------------------------------------------
 
-def roots(labels: dd.DataFrame, feat: dd.DataFrame) -> tuple[dd.DataFrame, dict[str, int]]:
-    """(doc, root) for every clustered document, routed to its own partition for the write.
+def roots(labels: dd.DataFrame, feat: dd.DataFrame) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, int]]:
+    """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
+    the same rows persisted by component (for the report).
 
     The labels (smallest key of each component) go to their documents' partitions to collect
     ids, then are shuffled on the label so each component is in one partition, where its root,
@@ -289,12 +290,12 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame) -> tuple[dd.DataFrame, dict[
     id_meta = feat._meta["_id"]
     with_ids = dd.map_partitions(frames.with_ids, route(labels, "doc", n), feat,
                                  meta=frames.MEMBER_META.assign(_id=id_meta.iloc[:0]), align_dataframes=False)
-    root_meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0]})
+    root_meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
     by_component = with_ids.shuffle(on="label", npartitions=max(1, n)).map_partitions(
         frames.roots_of_components, meta=root_meta).persist()
     (c,) = compute(by_component.map_partitions(frames.component_counts,
                                                 meta={"members": "int64", "clusters": "int64", "largest": "int64"}))
     counts = {"members": int(c["members"].sum()), "clusters": int(c["clusters"].sum()), "largest": int(c["largest"].max())}
-    return route(by_component, "doc", n), counts
+    return route(by_component, "doc", n), by_component, counts
 
 

@@ -1,0 +1,82 @@
+"""`OUTPUT/_report/removed.parquet`: one row per document a run removed (or, keeping duplicates, would).
+
+A directory of Parquet files, one per input file under its own name, so no single process ever
+holds the list: id, reason (`near_duplicate` or `contaminated`); for near duplicates the root id,
+the document it was matched to directly (the neighbour with the smallest id among its confirmed
+pairs) and that pair's similarity (estimate, and exact Jaccard with `--confirm exact`); for
+contaminated ones the protected file, the record and the first matching n-gram. Parquet readers
+skip `_`-prefixed paths, so the output dataset stays clean.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from dedup.decontam import ProtectedNgrams
+from dedup.frames import key_row
+
+REPORT_DIR = "_report"
+REMOVED = f"{REPORT_DIR}/removed.parquet"
+PAGE = f"{REPORT_DIR}/index.html"
+NEAR, CONTAMINATED = "near_duplicate", "contaminated"
+
+
+def removed_schema(id_type: pa.DataType) -> pa.Schema:
+    return pa.schema([
+        pa.field("id", id_type, nullable=False), pa.field("reason", pa.string(), nullable=False),
+        pa.field("root", id_type), pa.field("matched", id_type),
+        pa.field("estimate", pa.float32()), pa.field("jaccard", pa.float32()),
+        pa.field("protected_file", pa.string()), pa.field("record", pa.string()), pa.field("ngram", pa.string()),
+    ])
+
+
+def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFrame | None,
+                 protected: ProtectedNgrams | None, id_type: pa.DataType) -> pa.Table:
+    """The removed rows of one features partition (all its rows, in order).
+
+    cluster: each row's root id (its own id when alone); matches: (doc, matched, estimate, jaccard)
+    of this partition's clustered documents.
+    """
+    ids = feat["_id"].to_numpy(dtype=np.int64 if pd.api.types.is_integer_dtype(feat["_id"].dtype) else object)
+    source = feat["source"].to_numpy()
+    contaminated = source >= 0
+    near = ~contaminated & (cluster != ids)
+    take = np.flatnonzero(contaminated | near)
+    n = len(feat)
+    matched = np.full(n, None, dtype=object)
+    est = np.full(n, np.nan, dtype=np.float32)
+    jac = np.full(n, np.nan, dtype=np.float32)
+    if matches is not None and len(matches):
+        rows = key_row(matches["doc"].to_numpy(np.int64))
+        matched[rows] = matches["matched"].to_numpy(dtype=object)
+        est[rows] = matches["estimate"].to_numpy(np.float32)
+        jac[rows] = matches["jaccard"].to_numpy(np.float32)
+    files: list[str | None] = [None] * len(take)
+    records: list[str | None] = [None] * len(take)
+    grams: list[str | None] = [None] * len(take)
+    if protected is not None:
+        grams_of = feat["source_gram"].to_numpy()
+        for j, r in enumerate(take):
+            if contaminated[r]:
+                rec = int(source[r])
+                files[j] = protected.files[protected.record_file[rec]]
+                records[j] = protected.record_labels[rec]
+                grams[j] = protected.ngram_text(int(grams_of[r]))
+    is_near = near[take]
+    mask = ~is_near
+    schema = removed_schema(id_type)
+    return pa.table({
+        "id": pa.array(ids[take].tolist(), id_type),
+        "reason": pa.array(np.where(is_near, NEAR, CONTAMINATED).tolist(), pa.string()),
+        "root": pa.array(cluster[take].tolist(), id_type, mask=mask),
+        "matched": pa.array(matched[take].tolist(), id_type, mask=mask),
+        "estimate": pa.array(est[take], pa.float32(), mask=mask | np.isnan(est[take])),
+        "jaccard": pa.array(jac[take], pa.float32(), mask=mask | np.isnan(jac[take])),
+        "protected_file": pa.array(files, pa.string()), "record": pa.array(records, pa.string()),
+        "ngram": pa.array(grams, pa.string()),
+    }, schema=schema)
