@@ -191,6 +191,10 @@ def _summary(m: dict[str, Any]) -> str:
     ]
     if m.get("approximated_buckets"):
         lines.append(f"approximated buckets  {m['approximated_buckets']:>10,}  (largest {m['largest_approximated_bucket']})")
+    if m.get("dry_run"):
+        lines.append("dry run: no shards written")
+    if m.get("report"):
+        lines.append(f"report                {m['output'].rstrip('/')}/{m['report']}")
     return "\n".join(lines)
 
 

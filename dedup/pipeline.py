@@ -298,8 +298,40 @@ def _pick(part: pd.DataFrame, feat: pd.DataFrame, keys: NDArray[np.int64], text_
                          "text": pd.Series(texts, dtype=object)})
 
 
-def _report_extras(decided: Decisions, ddf: dd.DataFrame, text_column: str, params: Params, report: Report,
-                   protected: ProtectedNgrams | None, top: int = 5, per_cluster: int = 3) -> report_page.Extras:
+TOP_CLUSTERS, MEMBERS_SHOWN = 5, 3
+
+
+def _cluster_sizes(d: pd.DataFrame) -> pd.DataFrame:
+    """Per partition of (doc, root, _id) by component: how many clusters of each size, and the largest ones."""
+    per_root = d.groupby("root").size()
+    vc = per_root.value_counts()
+    best = per_root.sort_values(ascending=False, kind="stable").head(TOP_CLUSTERS)
+    return pd.DataFrame({"kind": ["size"] * len(vc) + ["top"] * len(best),
+                         "size": list(vc.index) + list(best.to_numpy()),
+                         "count": list(vc.to_numpy()) + [0] * len(best),
+                         "root": [None] * len(vc) + list(best.index.astype(object))})
+
+
+def _first_per_record(f: pd.DataFrame) -> pd.DataFrame:
+    """Per protected record (as a document's first record): its document with the smallest id."""
+    c = f[f["source"] >= 0]
+    c = c.assign(_k=c["_id"].astype(object)).sort_values(["source", "_k"], kind="stable")
+    return c.drop_duplicates("source")[["source", "doc", "_id"]]
+
+
+def _summaries(decided: Decisions, report: Report, protected: ProtectedNgrams | None) -> dict[str, dd.DataFrame]:
+    """Lazy per-partition summaries for the report page, computed with the removed list in one pass."""
+    out = {}
+    if decided.by_component is not None and report.clusters:
+        out["sizes"] = decided.by_component.map_partitions(
+            _cluster_sizes, meta={"kind": object, "size": "int64", "count": "int64", "root": object})
+    if protected is not None and report.contaminated:
+        out["examples"] = decided.feat.map_partitions(_first_per_record, meta=decided.feat._meta[["source", "doc", "_id"]])
+    return out
+
+
+def _report_extras(decided: Decisions, ddf: dd.DataFrame, text_column: str, params: Params,
+                   protected: ProtectedNgrams | None, got: dict[str, pd.DataFrame]) -> report_page.Extras:
     """The small summaries the report page needs: cluster sizes, the largest clusters with a few members
     (their texts and similarities to the root), and one example document per top protected record."""
     from dedup.minhash import estimate, signatures
@@ -309,61 +341,46 @@ def _report_extras(decided: Decisions, ddf: dd.DataFrame, text_column: str, para
     wanted: list[int] = []
     tops: list[tuple[int, Any]] = []
     members: pd.DataFrame | None = None
-    if decided.by_component is not None and report.clusters:
-        bc = decided.by_component
-
-        def sizes(d: pd.DataFrame) -> pd.DataFrame:
-            per_root = d.groupby("root").size()
-            vc = per_root.value_counts()
-            best = per_root.sort_values(ascending=False, kind="stable").head(top)
-            return pd.DataFrame({"kind": ["size"] * len(vc) + ["top"] * len(best),
-                                 "size": list(vc.index) + list(best.to_numpy()),
-                                 "count": list(vc.to_numpy()) + [0] * len(best),
-                                 "root": [None] * len(vc) + list(best.index.astype(object))})
-
-        (got,) = compute(bc.map_partitions(sizes, meta={"kind": object, "size": "int64", "count": "int64", "root": object}))
-        s = got[got["kind"] == "size"].groupby("size")["count"].sum()
+    if "sizes" in got and decided.by_component is not None:
+        g = got["sizes"]
+        s = g[g["kind"] == "size"].groupby("size")["count"].sum()
         extras.cluster_sizes = {int(k): int(v) for k, v in s.items()}
-        t = got[got["kind"] == "top"]
-        tops = sorted(zip(t["size"].astype(int), t["root"]), key=lambda x: (-x[0], str(x[1])))[:top]
-        roots_wanted = shared([r for _, r in tops])
+        t = g[g["kind"] == "top"]
+        tops = sorted(zip(t["size"].astype(int), t["root"]), key=lambda x: (-x[0], str(x[1])))[:TOP_CLUSTERS]
+        bc = decided.by_component
 
         def firsts(d: pd.DataFrame, rs: list[Any]) -> pd.DataFrame:
             d = d[d["root"].isin(rs)]
             d = d.assign(_k=d["_id"].astype(object)).sort_values(["root", "_k"], kind="stable") if len(d) else d
-            return d.groupby("root", sort=False).head(per_cluster + 1)[["doc", "root", "_id"]]
+            return d.groupby("root", sort=False).head(MEMBERS_SHOWN + 1)[["doc", "root", "_id"]]
 
-        (members,) = compute(bc.map_partitions(firsts, roots_wanted, meta=bc._meta[["doc", "root", "_id"]]))
+        (members,) = compute(bc.map_partitions(firsts, shared([r for _, r in tops]), meta=bc._meta[["doc", "root", "_id"]]))
         wanted += members["doc"].astype(np.int64).tolist()
-    examples: pd.DataFrame | None = None
-    if protected is not None and report.contaminated:
-        def first_per_record(f: pd.DataFrame) -> pd.DataFrame:
-            c = f[f["source"] >= 0]
-            c = c.assign(_k=c["_id"].astype(object)).sort_values(["source", "_k"], kind="stable")
-            return c.drop_duplicates("source")[["source", "doc", "_id"]]
-
-        (examples,) = compute(decided.feat.map_partitions(first_per_record, meta=decided.feat._meta[["source", "doc", "_id"]]))
+    examples = got.get("examples")
+    if examples is not None:
         examples = examples.assign(_k=examples["_id"].astype(object)).sort_values(["source", "_k"]).drop_duplicates("source")
         wanted += examples["doc"].astype(np.int64).tolist()
     if not wanted:
         return extras
     keys = np.unique(np.asarray(wanted, dtype=np.int64))
-    (texts,) = compute(dd.map_partitions(_pick, ddf, decided.feat, shared(keys), text_column,
-                                         meta={"doc": "int64", "_id": object, "text": object}, align_dataframes=False))
+    parts = sorted({int(p) for p in frames.key_partition(keys)})  # read only the partitions that hold them
+    (texts,) = compute(dd.map_partitions(_pick, ddf.partitions[parts], decided.feat.partitions[parts], shared(keys),
+                                         text_column, meta={"doc": "int64", "_id": object, "text": object},
+                                         align_dataframes=False))
     text_of = dict(zip(texts["doc"].astype(np.int64), texts["text"]))
     if members is not None:
         for size, root in tops:
             rows = members[members["root"] == root]
             root_rows = rows[rows["_id"].astype(object) == root]
-            root_text = text_of.get(int(root_rows["doc"].iloc[0]), "") if len(root_rows) else ""
-            view = report_page.ClusterView(root, int(size), root_text or "")
-            others = rows[rows["_id"].astype(object) != root].head(per_cluster)
+            root_text = (text_of.get(int(root_rows["doc"].iloc[0]), "") if len(root_rows) else "") or ""
+            view = report_page.ClusterView(root, int(size), root_text)
+            others = rows[rows["_id"].astype(object) != root].head(MEMBERS_SHOWN)
             for doc, ident in zip(others["doc"].astype(np.int64), others["_id"]):
                 t = text_of.get(int(doc), "") or ""
                 sigs = signatures([root_text, t], num_perm=params.num_perm, seed=params.seed,
-                                          shingle_size=params.shingle_size)
+                                  shingle_size=params.shingle_size)
                 view.members.append({"id": ident, "text": t, "estimate": float(estimate(sigs[0], sigs[1])),
-                                     "jaccard": jaccard(shingles(root_text or "", params.shingle_size),
+                                     "jaccard": jaccard(shingles(root_text, params.shingle_size),
                                                         shingles(t, params.shingle_size))})
             extras.clusters.append(view)
     if examples is not None and protected is not None:
@@ -427,8 +444,10 @@ def execute(plan: Plan) -> dict[str, Any]:
                             _write_removed, decided.feat[["doc", "source", "source_gram", "_id"]], decided.roots,
                             decided.matches, layout, plan.id_column, prot, staging.url, meta={"rows": "int64"},
                             align_dataframes=False)
-                        (w,) = compute(writes, retries=plan.retries)
-                        extras = _report_extras(decided, ddf, plan.text_column, params, report, plan.protected)
+                        summaries = _summaries(decided, report, plan.protected)
+                        w, *got = compute(writes, *summaries.values(), retries=plan.retries)
+                        extras = _report_extras(decided, ddf, plan.text_column, params, plan.protected,
+                                                dict(zip(summaries, got)))
                         stage.summary = f"{int(w['rows'].sum())} removed documents listed in {removed.REMOVED}"
                 staging.remove("_features")
             except Exception as exc:

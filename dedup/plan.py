@@ -56,7 +56,11 @@ class Stage:
         self.summary = ""
 
     def __enter__(self) -> Self:
+        from dedup.runtime import STAGE
+
         self.start = time.perf_counter()
+        STAGE["name"] = self.name
+        STAGE["rows"] = f"({self.report.input_rows:,} rows)" if self.report.input_rows else ""
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:

@@ -40,13 +40,20 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
         yield client
 
 
+STAGE = {"name": "", "rows": ""}
+"""The stage now running and what it works on, set by `dedup.plan.Stage`: the progress bar's label."""
+
+
 def show_progress(futures: Any) -> None:
-    """A text progress bar on stderr while `futures` run, when stderr is a terminal."""
+    """A progress bar on stderr while `futures` run, labelled with the stage, when stderr is a terminal."""
     if not sys.stderr.isatty():
         return
     from distributed import progress
 
+    label = " ".join(x for x in (STAGE["name"], STAGE["rows"]) if x)
     with contextlib.redirect_stdout(sys.stderr):
+        if label:
+            print(f"{label}:", file=sys.stderr)
         progress(futures)
         print(file=sys.stderr)
 

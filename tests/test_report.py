@@ -1,0 +1,126 @@
+"""See what was removed and why: removed.parquet, the HTML report in a real browser, dry runs."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from dedup import Params, estimate, jaccard, shingles, signatures
+from dedup.pipeline import run
+from dedup.text import word_ngrams
+from tests.conftest import DEDUP, write_shards
+
+
+@pytest.mark.parametrize(("confirm", "drop"), [("estimate", True), ("exact", False)])
+def test_removed_lists_exactly_what_left_with_reasons_and_similarities(
+        client, tmp_path: Path, corpus_frame: pd.DataFrame, protected_file: Path, confirm: str, drop: bool) -> None:
+    src = write_shards(corpus_frame, tmp_path / "in", 3)
+    params = Params(confirm=confirm)
+    m = run(str(src), str(tmp_path / "out"), protected=[str(protected_file)], params=params, drop=drop,
+            partition_rows=150)
+    out = pd.read_parquet(tmp_path / "out")
+    removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
+    assert sorted(p.name for p in (tmp_path / "out" / "_report" / "removed.parquet").iterdir()) == \
+        sorted(p.name for p in src.iterdir())
+    if drop:  # exactly the set difference of input and output ids
+        assert set(removed["id"]) == set(corpus_frame["id"]) - set(out["id"])
+    else:  # kept, but tagged: the rows that would have been removed
+        assert set(removed["id"]) == set(out.loc[out["id"] != out["minhash_cluster"], "id"]) | (
+            set(corpus_frame["id"]) - set(out["id"]))
+    assert not removed["id"].duplicated().any()
+    assert (removed["reason"] == "contaminated").sum() == m["contaminated_dropped"] > 0
+    near = removed[removed["reason"] == "near_duplicate"]
+    assert len(near) == m["near_duplicates_found"] > 50
+    text = dict(zip(corpus_frame["id"], corpus_frame["text"]))
+    cluster_of = dict(zip(out["id"], out["minhash_cluster"])) if not drop else None
+    for row in near.itertuples():
+        assert row.root < row.id and row.matched != row.id
+        if cluster_of is not None:  # the matched document is in the same cluster
+            assert cluster_of[row.matched] == cluster_of[row.id] == row.root
+        sigs = signatures([text[row.id], text[row.matched]], num_perm=params.num_perm)
+        assert row.estimate == pytest.approx(estimate(sigs[0], sigs[1]), abs=1e-6)
+        if confirm == "exact":
+            assert row.jaccard == pytest.approx(jaccard(shingles(text[row.id]), shingles(text[row.matched])), abs=1e-6)
+            assert row.jaccard >= params.threshold
+        else:
+            assert np.isnan(row.jaccard) and row.estimate >= params.threshold
+    bad = removed[removed["reason"] == "contaminated"]
+    assert (bad["protected_file"] == str(protected_file)).all() and bad["record"].str.startswith("line ").all()
+    assert all(g in word_ngrams(text[i], 13) for i, g in zip(bad["id"], bad["ngram"]))  # it is in the document
+
+
+def test_dry_run_writes_no_shard_and_the_same_counts(client, tmp_path: Path, corpus_frame: pd.DataFrame,
+                                                      protected_file: Path) -> None:
+    src = write_shards(corpus_frame, tmp_path / "in", 2)
+    real = run(str(src), str(tmp_path / "real"), protected=[str(protected_file)])
+    dry = run(str(src), str(tmp_path / "dry"), protected=[str(protected_file)], dry_run=True)
+    assert dry["dry_run"] and not real["dry_run"]
+    for k in ("input_rows", "output_rows", "near_duplicates_dropped", "contaminated_dropped", "clusters"):
+        assert dry[k] == real[k]
+    shards = [p for p in (tmp_path / "dry").rglob("*.parquet") if "_report" not in p.parts]
+    assert shards == [] and (tmp_path / "dry" / "_report" / "index.html").exists()
+    assert len(pd.read_parquet(tmp_path / "dry" / "_report" / "removed.parquet")) == \
+        real["near_duplicates_dropped"] + real["contaminated_dropped"]
+    none = run(str(src), str(tmp_path / "bare"), write_report=False)
+    assert not (tmp_path / "bare" / "_report").exists() and none["report"] is None
+
+
+def _chromium() -> tuple[str, str]:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    if not browser or not driver:
+        raise RuntimeError("the report test needs Chromium and chromedriver (`apt-get install chromium "
+                           "chromium-driver`; .ci/run installs them)")
+    return browser, driver
+
+
+def test_report_page_in_a_real_browser(dask_processes: Path, tmp_path: Path, corpus_frame: pd.DataFrame,
+                                       protected_file: Path) -> None:
+    """The page loads from a file with no console error and no network request, shows the manifest's
+    counts, and renders (the screenshot is not blank)."""
+    from PIL import Image
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    src = write_shards(corpus_frame, tmp_path / "in", 2)
+    res = subprocess.run([*DEDUP, "run", str(src), str(tmp_path / "out"), "--protected", str(protected_file),
+                          "--scheduler-file", str(dask_processes)], capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr
+    m = json.loads((tmp_path / "out" / "_dedup.json").read_text())
+    page = tmp_path / "out" / m["report"]
+    browser, driver = _chromium()
+    opts = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1200,2000"):
+        opts.add_argument(arg)
+    opts.binary_location = browser
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    d = webdriver.Chrome(service=Service(driver), options=opts)
+    try:
+        d.get(page.as_uri())
+        assert d.title.startswith("dedup report")
+        shown = {e.get_attribute("data-key"): int(e.text.replace(",", ""))
+                 for e in d.find_elements(By.CSS_SELECTOR, "#counts td[data-key]")}
+        assert shown == {"input rows": m["input_rows"], "contaminated, dropped": m["contaminated_dropped"],
+                         "near duplicates found": m["near_duplicates_found"],
+                         "near duplicates dropped": m["near_duplicates_dropped"], "output rows": m["output_rows"]}
+        assert len(d.find_elements(By.TAG_NAME, "svg")) >= 2  # the plots
+        errors = [entry for entry in d.get_log("browser") if entry["level"] in ("SEVERE", "WARNING")]
+        assert errors == []
+        requests = [json.loads(e["message"])["message"] for e in d.get_log("performance")]
+        urls = {r["params"]["request"]["url"] for r in requests if r["method"] == "Network.requestWillBeSent"}
+        assert urls and all(u.startswith(("file:", "data:", "about:")) for u in urls), urls
+        png = d.get_screenshot_as_png()
+    finally:
+        d.quit()
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("L"), dtype=np.float64)
+    assert pixels.std() > 10 and (pixels < 128).mean() > 0.005  # text and plots, not a blank page
+    assert pq.read_metadata(tmp_path / "out" / "_report" / "removed.parquet" / "shard-00.parquet").num_rows > 0
