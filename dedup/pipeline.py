@@ -492,6 +492,7 @@ def execute(plan: Plan) -> dict[str, Any]:
         }
         if plan.write_report:
             page = report_page.render(manifest, extras if plan.shards else report_page.Extras())
+            staging.fs.makedirs(f"{staging.tmp}/{removed.REPORT_DIR}", exist_ok=True)
             with staging.fs.open(f"{staging.tmp}/{removed.PAGE}", "w", encoding="utf-8") as fh:
                 fh.write(page)
         staging.write_json(MANIFEST, manifest)  # written last: the manifest marks the output complete

@@ -180,7 +180,7 @@ def test_parquet_case(case: Case, dask_processes: Path, tmp_path: Path) -> None:
         return
     assert res.returncode == 0, res.stderr
     inputs = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.parquet"))
-    outputs = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.parquet"))
+    outputs = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.parquet") if "_report" not in p.parts)
     assert outputs == inputs  # same names, same tree
     schemas = [pq.read_schema(src / rel) for rel in inputs]
     unified = pa.unify_schemas(schemas, promote_options="permissive")
@@ -239,3 +239,5 @@ def test_many_small_shards_share_partitions_and_keep_their_names(dask_processes:
     m = json.loads((out / "_dedup.json").read_text())
     assert m["input_files"] == 300 and m["partitions"] == 1 and m["output_rows"] == 3000
     assert sorted(p.name for p in out.glob("*.parquet")) == sorted(p.name for p in src.glob("*.parquet"))
+    assert sorted(p.name for p in (out / "_report" / "removed.parquet").glob("*.parquet")) == \
+        sorted(p.name for p in src.glob("*.parquet"))

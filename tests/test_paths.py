@@ -136,8 +136,9 @@ def test_object_store_output_commits_manifest_last(tmp_path: Path) -> None:
             run(str(src), "memory://bucket/out", overwrite=True)
         fs.rm("/bucket/out", recursive=True)
         m = run(str(src), "memory://bucket/out")
-        names = sorted(p.rsplit("/", 1)[-1] for p in fs.find("/bucket/out"))
-        assert names == ["_dedup.json", "shard-00.parquet", "shard-01.parquet"]
+        names = sorted(p.removeprefix("/bucket/out/") for p in fs.find("/bucket/out"))
+        assert names == ["_dedup.json", "_report/index.html", "_report/removed.parquet/shard-00.parquet",
+                         "_report/removed.parquet/shard-01.parquet", "shard-00.parquet", "shard-01.parquet"]
         m2 = run(str(src), "memory://bucket/out", overwrite=True, drop=False)
     assert m2["output_rows"] == 3 and m["output_rows"] == 2
     assert not [p for p in fs.ls("/bucket", detail=False) if ".dedup-" in p]  # staging and lock removed
