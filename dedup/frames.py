@@ -257,8 +257,9 @@ def unique_pairs(edges: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"left": pairs[:, 0], "right": pairs[:, 1]})
 
 
-def left_payload_meta(params: Params) -> pd.DataFrame:
-    cols: dict[str, Any] = {"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64)}
+def left_payload_meta(params: Params, id_meta: pd.Series) -> pd.DataFrame:
+    cols: dict[str, Any] = {"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
+                            "left_id": id_meta.iloc[:0]}
     for c in sig_columns(params.num_perm):
         cols[c] = pd.Series(dtype=np.uint32)
     if params.confirm == "exact":
@@ -266,10 +267,35 @@ def left_payload_meta(params: Params) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-SCORED_META = pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
-                            "estimate": pd.Series(dtype=np.float32), "jaccard": pd.Series(dtype=np.float32),
-                            "confirmed": pd.Series(dtype=bool)})
-"""A scored candidate pair: its signature estimate, its exact Jaccard (NaN unless confirm is exact)."""
+def scored_meta(id_meta: pd.Series) -> pd.DataFrame:
+    """A scored candidate pair: both ids, its signature estimate, its exact Jaccard (NaN unless exact)."""
+    return pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
+                         "left_id": id_meta.iloc[:0], "right_id": id_meta.iloc[:0],
+                         "estimate": pd.Series(dtype=np.float32), "jaccard": pd.Series(dtype=np.float32),
+                         "confirmed": pd.Series(dtype=bool)})
+
+
+def _ids_at(feat: pd.DataFrame, keys: NDArray[np.int64]) -> NDArray[Any]:
+    return feat["_id"].to_numpy()[key_row(keys)]
+
+
+def with_left_ids(edges: pd.DataFrame, feat: pd.DataFrame) -> pd.DataFrame:
+    """At the left documents' partition: distinct pairs with the left id."""
+    pairs = unique_pairs(edges)
+    return pairs.assign(left_id=_ids_at(feat, pairs["left"].to_numpy(np.int64)))
+
+
+def with_right_ids(rows: pd.DataFrame, feat: pd.DataFrame) -> pd.DataFrame:
+    """At the right documents' partition: add the right id."""
+    rows = rows[["left", "right", "left_id"]].reset_index(drop=True)
+    return rows.assign(right_id=_ids_at(feat, rows["right"].to_numpy(np.int64)))
+
+
+def same_text_pairs_with_ids(feat: pd.DataFrame) -> pd.DataFrame:
+    """Same-text pairs inside one partition, with both ids."""
+    pairs = same_text_edges(feat)
+    return pairs.assign(left_id=_ids_at(feat, pairs["left"].to_numpy(np.int64)),
+                        right_id=_ids_at(feat, pairs["right"].to_numpy(np.int64)))
 
 
 def shingle_sets(texts: list[str | None], shingle_size: int) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
@@ -288,7 +314,7 @@ def pairs_with_left(edges: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame 
                     params: Params) -> pd.DataFrame:
     """At the partition of each pair's left document: one row per distinct pair, with what scoring
     it needs from the left side (its signature, and for exact Jaccard its shingle hashes)."""
-    pairs = unique_pairs(edges)
+    pairs = with_left_ids(edges, feat)
     rows = key_row(pairs["left"].to_numpy(np.int64))
     sigs = feat[sig_columns(params.num_perm)].to_numpy()[rows]
     out = pd.concat([pairs, pd.DataFrame(sigs, columns=sig_columns(params.num_perm))], axis=1)
@@ -309,7 +335,7 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
 
     n = len(rows)
     if n == 0:
-        return SCORED_META.copy()
+        return scored_meta(feat["_id"])
     right_rows = key_row(rows["right"].to_numpy(np.int64))
     cols = sig_columns(params.num_perm)
     sigs = np.concatenate([rows[cols].to_numpy(np.uint32), feat[cols].to_numpy(np.uint32)[right_rows]])
@@ -329,26 +355,18 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
     else:
         confirmed = estimate >= params.threshold
     return pd.DataFrame({"left": rows["left"].to_numpy(np.int64), "right": rows["right"].to_numpy(np.int64),
+                         "left_id": rows["left_id"].to_numpy(), "right_id": _ids_at(feat, rows["right"].to_numpy(np.int64)),
                          "estimate": estimate.astype(np.float32), "jaccard": jaccard.astype(np.float32),
                          "confirmed": confirmed})
 
 
-DIRECTED_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "nbr": pd.Series(dtype=np.int64),
-                              "estimate": pd.Series(dtype=np.float32), "jaccard": pd.Series(dtype=np.float32)})
-
-
 def pair_directions(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Each pair as two rows, (doc, nbr) both ways, with its similarities."""
+    """Each pair (with both ids) as two rows: (doc, matched id) both ways, with its similarities."""
     left, right = pairs["left"].to_numpy(np.int64), pairs["right"].to_numpy(np.int64)
     est, jac = pairs["estimate"].to_numpy(np.float32), pairs["jaccard"].to_numpy(np.float32)
-    return pd.DataFrame({"doc": np.concatenate([left, right]), "nbr": np.concatenate([right, left]),
+    lid, rid = pairs["left_id"].to_numpy(), pairs["right_id"].to_numpy()
+    return pd.DataFrame({"doc": np.concatenate([left, right]), "matched": np.concatenate([rid, lid]),
                          "estimate": np.concatenate([est, est]), "jaccard": np.concatenate([jac, jac])})
-
-
-def neighbour_ids(rows: pd.DataFrame, feat: pd.DataFrame) -> pd.DataFrame:
-    """At the neighbours' partition: each row gets its neighbour's id as `matched`."""
-    ids = feat["_id"].to_numpy()[key_row(rows["nbr"].to_numpy(np.int64))]
-    return rows[["doc", "nbr", "estimate", "jaccard"]].reset_index(drop=True).assign(matched=ids)
 
 
 def match_meta(id_meta: pd.Series) -> pd.DataFrame:

@@ -41,6 +41,19 @@ class Extras:
     record_examples: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
+def prefetch() -> None:
+    """Import matplotlib in a background thread while the cluster works (it takes about half a second)."""
+    import threading
+
+    def load() -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+
+    threading.Thread(target=load, name="dedup-report-prefetch", daemon=True).start()
+
+
 def _svg(fig: Any) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")

@@ -185,19 +185,24 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     persisted confirmed pairs with their similarities (left, right, estimate, jaccard), and counts
     with a histogram of every candidate's similarity."""
     n = feat.npartitions
+    id_meta = feat._meta["_id"]
     cand = edges[edges["kind"] != frames.KIND_SAME_TEXT].map_partitions(frames.unique_pairs, meta=frames.PAIR_META)
     src = None if params.confirm == "estimate" else texts
     at_left = dd.map_partitions(frames.pairs_with_left, route(cand, "left", n), feat, src, text_column, params,
-                                meta=frames.left_payload_meta(params), align_dataframes=False)
+                                meta=frames.left_payload_meta(params, id_meta), align_dataframes=False)
     scored = dd.map_partitions(frames.score_at_right, route(at_left, "right", n), feat, src, text_column, params,
-                               meta=frames.SCORED_META, align_dataframes=False).persist()
-    same_bucket = route(edges[edges["kind"] == frames.KIND_SAME_TEXT][["left", "right"]], "left", n).map_partitions(
-        frames.unique_pairs, meta=frames.PAIR_META)  # one row per pair, not one per band
-    same_local = feat.map_partitions(frames.same_text_edges, meta=frames.PAIR_META)
+                               meta=frames.scored_meta(id_meta), align_dataframes=False).persist()
+    id_pair_meta = frames.PAIR_META.assign(left_id=id_meta.iloc[:0])
+    same_left = dd.map_partitions(frames.with_left_ids, route(edges[edges["kind"] == frames.KIND_SAME_TEXT][
+        ["left", "right"]], "left", n), feat, meta=id_pair_meta, align_dataframes=False)  # one row per pair
+    same_bucket = dd.map_partitions(frames.with_right_ids, route(same_left, "right", n), feat,
+                                    meta=id_pair_meta.assign(right_id=id_meta.iloc[:0]), align_dataframes=False)
+    same_local = feat.map_partitions(frames.same_text_pairs_with_ids, meta=id_pair_meta.assign(right_id=id_meta.iloc[:0]))
     same = dd.concat([same_bucket, same_local])
-    confirmed = scored[scored["confirmed"]][["left", "right", "estimate", "jaccard"]]
+    columns = ["left", "right", "left_id", "right_id", "estimate", "jaccard"]
+    confirmed = scored[scored["confirmed"]][columns]
     ones = {"estimate": np.float32(1.0), "jaccard": np.float32(1.0 if params.confirm == "exact" else np.nan)}
-    pairs = dd.concat([confirmed, same.assign(**ones)]).persist()
+    pairs = dd.concat([confirmed, same.assign(**ones)[columns]]).persist()
     graph = pairs[["left", "right"]]
 
     def tally(d: pd.DataFrame) -> pd.DataFrame:
@@ -218,12 +223,9 @@ def matches(pairs: dd.DataFrame, feat: dd.DataFrame) -> dd.DataFrame:
     """(doc, matched, estimate, jaccard) for every document in a confirmed or same-text pair: the
     neighbour with the smallest id it was matched to directly, and that pair's similarities; routed to
     the document's own partition (for the report). Choices depend on ids, never on keys."""
-    n = feat.npartitions
-    both = pairs.map_partitions(frames.pair_directions, meta=frames.DIRECTED_META)
-    with_ids = dd.map_partitions(frames.neighbour_ids, route(both, "nbr", n), feat,
-                                 meta=frames.DIRECTED_META.assign(matched=feat._meta["_id"].iloc[:0]),
-                                 align_dataframes=False)
-    return route(with_ids, "doc", n).map_partitions(frames.closest_match, meta=frames.match_meta(feat._meta["_id"]))
+    both = pairs.map_partitions(frames.pair_directions, meta=frames.match_meta(feat._meta["_id"]))
+    return route(both, "doc", feat.npartitions).map_partitions(frames.closest_match,
+                                                                 meta=frames.match_meta(feat._meta["_id"]))
 
 
 # -- components ------------------------------------------------------------------------------------
