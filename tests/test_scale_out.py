@@ -36,10 +36,13 @@ def _groups(out: pd.DataFrame) -> list[set[str]]:
     return sorted((s for s in g if len(s) > 1), key=min)
 
 
-@pytest.mark.parametrize("where", ["sync", "cluster"])
-@pytest.mark.parametrize("npartitions", [1, 3, 7])
-@pytest.mark.parametrize(("confirm", "components"), [("estimate", "client"), ("estimate", "distributed"),
-                                                     ("exact", "distributed")])
+MODES = [("estimate", "client"), ("estimate", "distributed"), ("exact", "distributed")]
+CASES = [("sync", n, *mode) for n in (1, 3, 7) for mode in MODES] + [  # every case without a cluster, and
+    ("cluster", 1, "estimate", "client"), ("cluster", 3, "exact", "distributed"),  # a spread of them on one
+    ("cluster", 7, "estimate", "distributed"), ("cluster", 7, "estimate", "client")]
+
+
+@pytest.mark.parametrize(("where", "npartitions", "confirm", "components"), CASES)
 def test_stages_equal_the_in_memory_reference(request, frame: pd.DataFrame, where: str, npartitions: int,
                                               confirm: str, components: str) -> None:
     params = Params(confirm=confirm, max_bucket=4)
