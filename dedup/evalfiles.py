@@ -19,7 +19,6 @@ import io
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import fsspec
@@ -155,6 +154,3 @@ def _parquet_records(path: str) -> Iterator[tuple[str, list[str]]]:
     for row in range(table.num_rows):
         yield f"row {row}", list(strings([col[row] for col in columns]))
 
-
-def display_name(path: str) -> str:
-    return str(Path(path)) if "://" not in path else path

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import fsspec
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -20,23 +19,6 @@ def null_id_rows(files: Sequence[str], id_column: str, limit: int = 5) -> list[t
         if col.null_count:
             rows = pc.indices_nonzero(pc.is_null(col)).to_pylist()
             found += [(f, r) for r in rows[: limit - len(found)]]
-        if len(found) >= limit:
-            break
-    return found
-
-
-def id_locations(files: Sequence[str], id_column: str, ids: Sequence[Any], limit: int = 10) -> list[tuple[str, int, Any]]:
-    """(file, row, id) where the given ids occur, for error messages."""
-    wanted = pa.array(list(ids))
-    found: list[tuple[str, int, Any]] = []
-    for f in files:
-        with fsspec.open(f, "rb") as fh:
-            col = pq.read_table(fh, columns=[id_column]).column(0)
-        if pa.types.is_integer(col.type) != pa.types.is_integer(wanted.type):
-            col = col.cast(pa.string())
-            wanted = wanted.cast(pa.string())
-        rows = pc.indices_nonzero(pc.is_in(col, value_set=wanted)).to_pylist()
-        found += [(f, r, col[r].as_py()) for r in rows[: limit - len(found)]]
         if len(found) >= limit:
             break
     return found

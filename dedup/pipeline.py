@@ -275,13 +275,11 @@ def _write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.Dat
     assert partition_info is not None
     groups, schema = layout
     _, cluster = frames.row_decisions(feat, roots, drop=False)
-    table = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column))
+    table, rows = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column))
     fs, root = fsspec.core.url_to_fs(staging_url)
     offset = written = 0
-    row_of_removed = np.flatnonzero((feat["source"].to_numpy() >= 0) | (cluster != feat["_id"].to_numpy(
-        dtype=np.int64 if pd.api.types.is_integer_dtype(feat["_id"].dtype) else object)))
     for s in groups[partition_info["number"]]:
-        lo, hi = np.searchsorted(row_of_removed, [offset, offset + s.rows])
+        lo, hi = np.searchsorted(rows, [offset, offset + s.rows])
         part = table.slice(lo, hi - lo)
         shards_mod.write_shard(part, fs, f"{root}/{removed.REMOVED}/{s.name}")
         offset += s.rows

@@ -36,8 +36,8 @@ def removed_schema(id_type: pa.DataType) -> pa.Schema:
 
 
 def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFrame | None,
-                 protected: ProtectedNgrams | None, id_type: pa.DataType) -> pa.Table:
-    """The removed rows of one features partition (all its rows, in order).
+                 protected: ProtectedNgrams | None, id_type: pa.DataType) -> tuple[pa.Table, NDArray[np.int64]]:
+    """The removed rows of one features partition (all its rows, in order), and their row positions.
 
     cluster: each row's root id (its own id when alone); matches: (doc, matched, estimate, jaccard)
     of this partition's clustered documents.
@@ -79,4 +79,4 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
         "jaccard": pa.array(jac[take], pa.float32(), mask=mask | np.isnan(jac[take])),
         "protected_file": pa.array(files, pa.string()), "record": pa.array(records, pa.string()),
         "ngram": pa.array(grams, pa.string()),
-    }, schema=schema)
+    }, schema=schema), take
