@@ -236,3 +236,37 @@ def sorted_unique_segments(values, offsets):  # pragma: no cover - compiled
                 k += 1
         out_offsets[i + 1] = k
     return out[:k], out_offsets
+
+
+@numba.njit(cache=True, nogil=True)
+def char_window_hashes(buf, doc_start, doc_end, size, short):  # pragma: no cover - compiled
+    """FNV-1a 64 of every run of `size` characters (code points) of each document's bytes
+    buf[doc_start[d]:doc_end[d]] (valid UTF-8). With short, a document of 1 to size-1
+    characters has one window of all of them. Returns (hashes, offsets [n + 1])."""
+    n = doc_start.shape[0]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    for d in range(n):
+        chars = 0
+        for j in range(doc_start[d], doc_end[d]):
+            if (buf[j] & 0xC0) != 0x80:
+                chars += 1
+        count = chars - size + 1 if chars >= size else (1 if short and chars > 0 else 0)
+        offsets[d + 1] = offsets[d] + count
+    out = np.empty(offsets[n], dtype=np.uint64)
+    for d in range(n):
+        count = offsets[d + 1] - offsets[d]
+        if count == 0:
+            continue
+        lo, hi = doc_start[d], doc_end[d]
+        starts = np.empty(hi - lo + 1, dtype=np.int64)
+        chars = 0
+        for j in range(lo, hi):
+            if (buf[j] & 0xC0) != 0x80:
+                starts[chars] = j
+                chars += 1
+        starts[chars] = hi
+        base = offsets[d]
+        for k in range(count):
+            end = starts[min(k + size, chars)]
+            out[base + k] = _fnv_tail(buf, _OFFSET, starts[k], end)
+    return out, offsets

@@ -11,7 +11,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, CONFIRM_MODES, Params
+from dedup.config import (
+    CLIENT_COMPONENT_EDGES,
+    COMPONENT_MODES,
+    CONFIRM_MODES,
+    DEFAULT_SHINGLE_SIZE,
+    SHINGLE_UNITS,
+    Params,
+)
 from dedup.safety import UsageError
 
 log = logging.getLogger("dedup")
@@ -30,7 +37,12 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
         a.add_argument("--num-bands", type=int, default=P.num_bands, help=f"LSH bands (default: {P.num_bands})")
         a.add_argument("--rows-per-band", type=int, default=P.rows_per_band,
                        help=f"rows per LSH band; bands x rows <= num-perm (default: {P.rows_per_band})")
-        a.add_argument("--shingle-size", type=int, default=P.shingle_size, help=f"words per shingle (default: {P.shingle_size})")
+        a.add_argument("--shingle-unit", choices=SHINGLE_UNITS, default=P.shingle_unit,
+                       help="what a shingle is made of: words, or characters of the normalised text (for Chinese, "
+                            "Japanese, Thai and other scripts written without spaces; default: word)")
+        sizes = ", ".join(f"{size} for {unit}" for unit, size in DEFAULT_SHINGLE_SIZE.items())
+        a.add_argument("--shingle-size", type=int, default=None,
+                       help=f"words or characters per shingle (default: {sizes})")
         a.add_argument("--seed", type=int, default=P.seed, help=f"seed of the permutations (default: {P.seed})")
         a.add_argument("--confirm", choices=CONFIRM_MODES, default=P.confirm,
                        help="confirm candidates by signature estimate or by exact shingle Jaccard (default: estimate)")
@@ -104,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-bands", type=int, help="a banding of your own, printed next to the recommended one "
                                                  "(with --rows-per-band)")
     t.add_argument("--rows-per-band", type=int, help="rows per band of your own banding (with --num-bands)")
+    t.add_argument("--shingle-unit", choices=SHINGLE_UNITS, default=P.shingle_unit,
+                   help="the shingle unit the similarity is measured in (default: word)")
+    t.add_argument("--shingle-size", type=int, default=None, help="units per shingle (default: 5)")
     t.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")
     d = sub.add_parser("demo", help="generate an example corpus and run the whole job on a local cluster",
                        description="generate an example corpus with planted near duplicates and a protected file, "
@@ -118,10 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _params(args: argparse.Namespace) -> Params:
     fields = {}
-    for name in ("num_perm", "num_bands", "rows_per_band", "threshold", "shingle_size", "seed", "confirm", "ngram_size",
-                 "max_bucket"):
+    for name in ("num_perm", "num_bands", "rows_per_band", "threshold", "shingle_size", "shingle_unit", "seed",
+                 "confirm", "ngram_size", "max_bucket"):
         if hasattr(args, name):
             fields[name] = getattr(args, name)
+    if "shingle_unit" in fields and fields.get("shingle_size") is None:
+        fields["shingle_size"] = DEFAULT_SHINGLE_SIZE[fields["shingle_unit"]]
     return Params(**fields)
 
 
@@ -205,7 +222,8 @@ def _tune(args: argparse.Namespace) -> None:
     from dedup.config import check_banding
     from dedup.lsh import optimal_params, probability
 
-    Params(threshold=args.threshold, num_perm=args.num_perm)  # validates both
+    size = DEFAULT_SHINGLE_SIZE[args.shingle_unit] if args.shingle_size is None else args.shingle_size
+    Params(threshold=args.threshold, num_perm=args.num_perm, shingle_unit=args.shingle_unit, shingle_size=size)
     b, r = optimal_params(args.threshold, args.num_perm, args.fp_weight, args.fn_weight)
     choices = [("recommended", b, r)]
     if (args.num_bands is None) != (args.rows_per_band is None):
@@ -214,6 +232,8 @@ def _tune(args: argparse.Namespace) -> None:
         check_banding(args.num_bands, args.rows_per_band, args.num_perm)
         choices.append(("yours", args.num_bands, args.rows_per_band))
     t = args.threshold
+    print(f"similarity: Jaccard of the sets of {size}-{args.shingle_unit} shingles (--shingle-unit {args.shingle_unit} "
+          f"--shingle-size {size})")
     for name, nb, nr in choices:
         print(f"{name}: --num-bands {nb} --rows-per-band {nr}  (uses {nb * nr} of {args.num_perm} permutations; "
               f"50% point {(1 / nb) ** (1 / nr):.4f}; a pair at the threshold {t} is a candidate "

@@ -11,6 +11,10 @@ from typing import Any
 import numpy as np
 
 CONFIRM_MODES = ("estimate", "exact")
+SHINGLE_UNITS = ("word", "char")
+"""What a shingle is made of: consecutive words, or consecutive characters of the normalised text."""
+DEFAULT_SHINGLE_SIZE = {"word": 5, "char": 5}
+"""shingle_size when none is given, per shingle unit."""
 COMPONENT_MODES = ("auto", "client", "distributed")
 CLIENT_COMPONENT_EDGES = 20_000_000
 """`components="auto"` joins the confirmed edges on the client up to this many (16 bytes each there,
@@ -42,7 +46,8 @@ class Params:
 
     num_perm: permutations per signature; num_bands x rows_per_band: LSH banding
     (num_bands * rows_per_band <= num_perm); threshold: Jaccard a confirmed pair must reach;
-    shingle_size: words per shingle; seed: PCG32 seed of the permutations; confirm: "estimate"
+    shingle_size: words (or characters) per shingle; shingle_unit: "word" or "char" (runs of
+    characters of the normalised text, for scripts written without spaces); seed: PCG32 seed of the permutations; confirm: "estimate"
     (signature agreement) or "exact" (exact shingle-set Jaccard); ngram_size: words per
     decontamination n-gram; max_bucket: distinct texts in one LSH bucket above which its texts
     are joined by star edges instead of all pairs (counted in the manifest).
@@ -52,7 +57,8 @@ class Params:
     num_bands: int = 16
     rows_per_band: int = 8
     threshold: float = 0.8
-    shingle_size: int = 5
+    shingle_size: int = DEFAULT_SHINGLE_SIZE["word"]
+    shingle_unit: str = "word"
     seed: int = 0
     confirm: str = "estimate"
     ngram_size: int = 13
@@ -70,6 +76,9 @@ class Params:
         t = self.threshold
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:
             raise ValueError(f"The 'threshold' parameter must be a float in [0, 1]. Got {t!r} instead.")
+        if self.shingle_unit not in SHINGLE_UNITS:
+            raise ValueError(f"The 'shingle_unit' parameter must be one of {SHINGLE_UNITS}. "
+                             f"Got {self.shingle_unit!r} instead.")
         if self.confirm not in CONFIRM_MODES:
             raise ValueError(f"The 'confirm' parameter must be one of {CONFIRM_MODES}. Got {self.confirm!r} instead.")
 

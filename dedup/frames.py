@@ -95,7 +95,8 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
     """
     batch = encode_batch(texts_of(part[text_column]))
     n = len(part)
-    sigs = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size)
+    sigs = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size,
+                            shingle_unit=params.shingle_unit)
     has_words = batch.num_words > 0
     if protected is not None and len(protected):
         if params.ngram_size != protected.ngram_size:
@@ -298,14 +299,15 @@ def same_text_pairs_with_ids(feat: pd.DataFrame) -> pd.DataFrame:
                         right_id=_ids_at(feat, pairs["right"].to_numpy(np.int64)))
 
 
-def shingle_sets(texts: list[str | None], shingle_size: int) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
+def shingle_sets(texts: list[str | None], shingle_size: int,
+                 unit: str = "word") -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
     """Each text's distinct shingles as sorted FNV-1a 64 hashes: (values, offsets [n + 1]).
 
     Exact Jaccard on these equals exact Jaccard on the shingle strings unless two distinct
     shingles of one pair share a 64-bit hash (probability about 1e-15 for a pair of web pages).
     """
     batch = encode_batch(texts)
-    h, offsets = batch.window_hashes(shingle_size, short=True)
+    h, offsets = batch.shingle_hashes(shingle_size, unit)
     values, out = _kernels.sorted_unique_segments(h, offsets)
     return values, out
 
@@ -322,7 +324,7 @@ def pairs_with_left(edges: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame 
         return out
     assert part is not None
     texts = texts_of(part[text_column])
-    values, offsets = shingle_sets([texts[r] for r in rows], params.shingle_size)
+    values, offsets = shingle_sets([texts[r] for r in rows], params.shingle_size, params.shingle_unit)
     blobs = [values[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(rows))]
     return out.assign(_shingles=pd.Series(blobs, dtype=object))
 
@@ -344,7 +346,7 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
     if params.confirm == "exact":
         assert part is not None
         texts = texts_of(part[text_column])
-        b_vals, b_off = shingle_sets([texts[r] for r in right_rows], params.shingle_size)
+        b_vals, b_off = shingle_sets([texts[r] for r in right_rows], params.shingle_size, params.shingle_unit)
         blobs = rows["_shingles"].tolist()
         lengths = np.fromiter((len(b) // 8 for b in blobs), dtype=np.int64, count=n)
         a_off = np.zeros(n + 1, dtype=np.int64)

@@ -9,7 +9,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from dedup import _kernels
 from dedup.hashing import MERSENNE_P, perm_params, shingle_hashes
-from dedup.text import TextBatch, _check_size, encode_batch
+from dedup.text import TextBatch, _check_size, check_unit, encode_batch
 
 SIGNATURE_DTYPE = np.uint32
 
@@ -27,21 +27,25 @@ def minhash(shingles: Iterable[str], num_perm: int = 128, seed: int = 0) -> NDAr
     return _minhash_rows(x, np.array([0, len(x)], dtype=np.int64), num_perm, seed)[0]
 
 
-def batch_signatures(batch: TextBatch, *, num_perm: int = 128, seed: int = 0, shingle_size: int = 5) -> NDArray[np.uint32]:
+def batch_signatures(batch: TextBatch, *, num_perm: int = 128, seed: int = 0, shingle_size: int = 5,
+                     shingle_unit: str = "word") -> NDArray[np.uint32]:
     """Signatures of every document of an encoded batch: uint32 [n_docs, num_perm]."""
-    h, offsets = batch.window_hashes(shingle_size, short=True)
+    h, offsets = batch.shingle_hashes(shingle_size, shingle_unit)
     x = h % np.uint64(MERSENNE_P)
     return _minhash_rows(x, offsets, num_perm, seed)
 
 
-def signatures(texts: Sequence[str | None], *, num_perm: int = 128, seed: int = 0, shingle_size: int = 5) -> NDArray[np.uint32]:
+def signatures(texts: Sequence[str | None], *, num_perm: int = 128, seed: int = 0, shingle_size: int = 5,
+               shingle_unit: str = "word") -> NDArray[np.uint32]:
     """Signatures of a sequence of texts in one vectorised pass: uint32 [len(texts), num_perm].
 
-    Equal, row for row, to ``minhash(shingles(text, shingle_size), num_perm, seed)``.
+    Equal, row for row, to ``minhash(shingles(text, shingle_size, shingle_unit), num_perm, seed)``.
     """
     _check_size("shingle_size", shingle_size)
+    check_unit(shingle_unit)
     perm_params(num_perm, seed)  # validates both before any work
-    return batch_signatures(encode_batch(texts), num_perm=num_perm, seed=seed, shingle_size=shingle_size)
+    return batch_signatures(encode_batch(texts), num_perm=num_perm, seed=seed, shingle_size=shingle_size,
+                            shingle_unit=shingle_unit)
 
 
 def is_empty(sigs: ArrayLike) -> NDArray[np.bool_]:

@@ -40,7 +40,7 @@ def confirm_pairs(
 
     def sh(i: int) -> set[str]:
         if i not in cache:
-            cache[i] = shingles(texts[i] or "", params.shingle_size)
+            cache[i] = shingles(texts[i] or "", params.shingle_size, params.shingle_unit)
         return cache[i]
 
     return np.fromiter(
@@ -56,7 +56,8 @@ def cluster_roots(ids: Sequence[Any], texts: Sequence[str | None], params: Param
         if a == b:
             raise ValueError(f"Document id {a!r} occurs more than once; ids must be unique.")
     sorted_texts = [texts[i] for i in order]
-    sigs = signatures(sorted_texts, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size)
+    sigs = signatures(sorted_texts, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size,
+                      shingle_unit=params.shingle_unit)
     keys = band_keys(sigs, num_bands=params.num_bands, rows_per_band=params.rows_per_band)
     left, right = bucket_pairs(keys)
     ok = confirm_pairs(left, right, params, sigs=sigs, texts=sorted_texts)
@@ -70,14 +71,15 @@ def cluster_roots(ids: Sequence[Any], texts: Sequence[str | None], params: Param
 
 
 def clusters(docs: Mapping[str, str], *, num_perm: int = 128, num_bands: int = 16, rows_per_band: int = 8,
-             threshold: float = 0.8, shingle_size: int = 5, seed: int = 0, confirm: str = "estimate",
+             threshold: float = 0.8, shingle_size: int = 5, shingle_unit: str = "word", seed: int = 0,
+             confirm: str = "estimate",
              params: Params | None = None) -> list[set[str]]:
     """Groups of near-duplicate ids (two or more members each), ordered by their smallest id.
 
     The parameters are those of `Params`; pass `params=` to use a ready-made one instead.
     """
     p = params or Params(num_perm=num_perm, num_bands=num_bands, rows_per_band=rows_per_band, threshold=threshold,
-                         shingle_size=shingle_size, seed=seed, confirm=confirm)
+                         shingle_size=shingle_size, shingle_unit=shingle_unit, seed=seed, confirm=confirm)
     ids = list(docs)
     roots = cluster_roots(ids, [docs[i] for i in ids], p)
     groups: dict[str, set[str]] = {}
@@ -87,7 +89,8 @@ def clusters(docs: Mapping[str, str], *, num_perm: int = 128, num_bands: int = 1
 
 
 def near_dedup(docs: Iterable[Doc], *, num_perm: int = 128, num_bands: int = 16, rows_per_band: int = 8,
-               threshold: float = 0.8, shingle_size: int = 5, seed: int = 0, confirm: str = "estimate",
+               threshold: float = 0.8, shingle_size: int = 5, shingle_unit: str = "word", seed: int = 0,
+             confirm: str = "estimate",
                drop: bool = True, params: Params | None = None) -> Iterator[Doc]:
     """Tag each document's meta["minhash_cluster"] with its cluster root; with drop, keep roots only.
 
@@ -95,7 +98,7 @@ def near_dedup(docs: Iterable[Doc], *, num_perm: int = 128, num_bands: int = 16,
     before the first document is yielded. Repeated ids raise.
     """
     p = params or Params(num_perm=num_perm, num_bands=num_bands, rows_per_band=rows_per_band, threshold=threshold,
-                         shingle_size=shingle_size, seed=seed, confirm=confirm)
+                         shingle_size=shingle_size, shingle_unit=shingle_unit, seed=seed, confirm=confirm)
     items = list(docs)
     roots = cluster_roots([d.id for d in items], [d.text for d in items], p)
     for doc, root in zip(items, roots):

@@ -376,10 +376,10 @@ def _report_extras(decided: Decisions, ddf: dd.DataFrame, text_column: str, para
             for doc, ident in zip(others["doc"].astype(np.int64), others["_id"]):
                 t = text_of.get(int(doc), "") or ""
                 sigs = signatures([root_text, t], num_perm=params.num_perm, seed=params.seed,
-                                  shingle_size=params.shingle_size)
+                                  shingle_size=params.shingle_size, shingle_unit=params.shingle_unit)
                 view.members.append({"id": ident, "text": t, "estimate": float(estimate(sigs[0], sigs[1])),
-                                     "jaccard": jaccard(shingles(root_text, params.shingle_size),
-                                                        shingles(t, params.shingle_size))})
+                                     "jaccard": jaccard(shingles(root_text, params.shingle_size, params.shingle_unit),
+                                                        shingles(t, params.shingle_size, params.shingle_unit))})
             extras.clusters.append(view)
     if examples is not None and protected is not None:
         for rec, doc in zip(examples["source"].astype(int), examples["doc"].astype(np.int64)):

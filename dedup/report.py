@@ -79,7 +79,9 @@ def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
         edges = np.linspace(0.0, 1.0, len(hist) + 1)
         ax.bar(edges[:-1], hist, width=np.diff(edges), align="edge", color="#4c78a8", label="candidate pairs")
         ax.axvline(p["threshold"], color="#e45756", linestyle="--", label=f"threshold {p['threshold']}")
-        ax.set_xlabel("similarity (" + ("exact Jaccard" if p["confirm"] == "exact" else "MinHash estimate") + ")")
+        unit = f"{p['shingle_size']}-{p.get('shingle_unit', 'word')} shingles"
+        ax.set_xlabel("similarity (" + ("exact Jaccard" if p["confirm"] == "exact" else "MinHash estimate") +
+                      f", {unit})")
         ax.set_ylabel("candidate pairs")
         ax.set_yscale("symlog")
         ax2 = ax.twinx()
@@ -156,7 +158,9 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
     if m.get("near_dedup"):
         parts.append(f"<h2>Near duplicates</h2><p>{m['clusters']:,} clusters of two or more documents; the largest has "
                      f"{m['largest_cluster']:,}. {m['candidate_pairs']:,} candidate pairs, {m['confirmed_pairs']:,} "
-                     f"confirmed ({m['parameters']['confirm']}), {m['same_text_pairs']:,} pairs of identical texts.</p>")
+                     f"confirmed ({m['parameters']['confirm']}), {m['same_text_pairs']:,} pairs of identical texts. "
+                     f"Similarity is the Jaccard of {m['parameters']['shingle_size']}-"
+                     f"{m['parameters'].get('shingle_unit', 'word')} shingle sets.</p>")
         if "similarity" in plots:
             parts.append("<h3>Similarity of the candidate pairs, and the banding's S-curve</h3>" + plots["similarity"])
         if "sizes" in plots:

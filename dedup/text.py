@@ -15,7 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from dedup.config import SHINGLE_UNITS
+
 _WORD = re.compile(r"\w+")
+
 
 
 def words(text: str) -> list[str]:
@@ -23,13 +26,23 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def shingles(text: str, shingle_size: int = 5) -> set[str]:
-    """The set of `shingle_size` consecutive words joined by one space.
+def shingles(text: str, shingle_size: int = 5, unit: str = "word") -> set[str]:
+    """The set of `shingle_size` consecutive words joined by one space (unit "word"), or of
+    `shingle_size` consecutive characters of `normalized(text)` (unit "char", for scripts
+    written without spaces).
 
-    A text with 1 to shingle_size-1 words is one shingle of all its words; a text with no words
+    A text with 1 to shingle_size-1 units is one shingle of all of them; a text with no words
     has no shingles.
     """
     _check_size("shingle_size", shingle_size)
+    check_unit(unit)
+    if unit == "char":
+        s = normalized(text)
+        if not s:
+            return set()
+        if len(s) < shingle_size:
+            return {s}
+        return {s[i : i + shingle_size] for i in range(len(s) - shingle_size + 1)}
     w = words(text)
     if not w:
         return set()
@@ -51,6 +64,12 @@ def jaccard(a: AbstractSet[object], b: AbstractSet[object]) -> float:
         return 0.0
     inter = len(a & b)
     return inter / (len(a) + len(b) - inter)
+
+
+def check_unit(unit: str) -> None:
+    """Raise unless `unit` is one of SHINGLE_UNITS."""
+    if unit not in SHINGLE_UNITS:
+        raise ValueError(f"The shingle unit must be one of {SHINGLE_UNITS}. Got {unit!r} instead.")
 
 
 def _check_size(name: str, value: int) -> None:
@@ -93,6 +112,24 @@ class TextBatch:
         offsets = self.window_offsets(size, short=short)
         return _kernels.window_hashes(self.buf, self.word_start, self.word_end, self.word_offsets, size, short,
                                       offsets), offsets
+
+    def shingle_hashes(self, size: int, unit: str = "word") -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
+        """FNV-1a 64 of every shingle of every document (with repeats), and per-document offsets."""
+        check_unit(unit)
+        if unit == "word":
+            return self.window_hashes(size, short=True)
+        from dedup import _kernels
+
+        _check_size("size", size)
+        nw = self.num_words
+        has = nw > 0
+        first = self.word_offsets[:-1][has]
+        last = self.word_offsets[1:][has] - 1
+        start = np.zeros(len(nw), dtype=np.int64)
+        end = np.zeros(len(nw), dtype=np.int64)
+        start[has], end[has] = self.word_start[first], self.word_end[last]
+        h, offsets = _kernels.char_window_hashes(self.buf, start, end, size, True)
+        return h, offsets
 
     def spans(self, size: int, *, short: bool) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
         """Byte spans of every `size`-word window, and per-document offsets into them.

@@ -23,6 +23,15 @@ def ref_shingles(text: str, k: int) -> set[str]:
     return {" ".join(w[i : i + k]) for i in range(len(w) - k + 1)}
 
 
+def ref_char_shingles(text: str, k: int) -> set[str]:
+    s = " ".join(re.findall(r"\w+", text.lower()))
+    if not s:
+        return set()
+    if len(s) < k:
+        return {s}
+    return {s[i : i + k] for i in range(len(s) - k + 1)}
+
+
 def ref_perm_params(num_perm: int, seed: int) -> list[tuple[int, int]]:
     state, inc = 0, (54 << 1) | 1
 
@@ -52,6 +61,7 @@ def ref_perm_params(num_perm: int, seed: int) -> list[tuple[int, int]]:
     return out
 
 
-def ref_signature(text: str, k: int = 5, num_perm: int = 128, seed: int = 0) -> list[int]:
-    xs = [ref_fnv1a64(s.encode("utf-8")) % P for s in ref_shingles(text, k)]
+def ref_signature(text: str, k: int = 5, num_perm: int = 128, seed: int = 0, unit: str = "word") -> list[int]:
+    sets = ref_char_shingles(text, k) if unit == "char" else ref_shingles(text, k)
+    xs = [ref_fnv1a64(s.encode("utf-8")) % P for s in sets]
     return [min(((a * x + b) % P for x in xs), default=P) for a, b in ref_perm_params(num_perm, seed)]

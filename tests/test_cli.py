@@ -31,6 +31,9 @@ def test_tune_prints_choice_and_s_curve() -> None:
     assert res.returncode == 0
     assert "recommended: --num-bands 14 --rows-per-band 9" in res.stdout
     assert "| 0.50 |" in res.stdout and "| 0.90 |" in res.stdout
+    assert "Jaccard of the sets of 5-word shingles" in res.stdout
+    chars = _run("tune", "--threshold", "0.7", "--shingle-unit", "char", "--shingle-size", "7")
+    assert "Jaccard of the sets of 7-char shingles (--shingle-unit char --shingle-size 7)" in chars.stdout
 
 
 def test_tune_compares_your_banding_with_the_recommended_one() -> None:
