@@ -47,7 +47,8 @@ class Params:
     num_perm: permutations per signature; num_bands x rows_per_band: LSH banding
     (num_bands * rows_per_band <= num_perm); threshold: Jaccard a confirmed pair must reach;
     shingle_size: words (or characters) per shingle; shingle_unit: "word" or "char" (runs of
-    characters of the normalised text, for scripts written without spaces); seed: PCG32 seed of the permutations; confirm: "estimate"
+    characters of the normalised text, for scripts written without spaces); seed: PCG32 seed of
+    the permutations; confirm: "estimate"
     (signature agreement) or "exact" (exact shingle-set Jaccard); ngram_size: words per
     decontamination n-gram; max_bucket: distinct texts in one LSH bucket above which its texts
     are joined by star edges instead of all pairs (counted in the manifest).
