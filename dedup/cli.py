@@ -51,6 +51,16 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
         a.add_argument("--max-bucket", type=int, default=P.max_bucket,
                        help="distinct texts in one LSH bucket above which pairs are approximated by star edges "
                             f"(reported in the manifest; default: {P.max_bucket})")
+        i = p.add_argument_group("incremental runs (see README: Adding a new crawl)")
+        i.add_argument("--against", action="append", default=[], metavar="PREVIOUS_OUTPUT",
+                       help="an earlier dedup OUTPUT (repeatable): documents of INPUT that are near duplicates of one it "
+                            "kept are dropped (tagged with --keep-duplicates) with its id as minhash_cluster; its "
+                            "documents always survive and are not read again. Parameters must match its index's")
+        i.add_argument("--skip-existing", action="store_true",
+                       help="leave out documents whose id is already in an --against output (default: refuse them)")
+        i.add_argument("--no-index", action="store_true",
+                       help=f"do not write OUTPUT/_index/ (about {4 * P.num_perm + 150} bytes a kept document), "
+                            "which later runs take with --against")
         a.add_argument("--components", choices=COMPONENT_MODES, default="auto",
                        help="where connected components are found: on the client (a vectorised union-find over the "
                             "confirmed edges, about 50 bytes an edge) or on the cluster (large-star/small-star "
@@ -182,7 +192,9 @@ def _prepare(args: argparse.Namespace) -> Any:
                             text_column=args.text_column, params=params,
                             drop=not getattr(args, "keep_duplicates", False), overwrite=args.overwrite,
                             components=getattr(args, "components", "auto"), features_on_disk=args.features_on_disk,
-                            dry_run=args.dry_run, write_report=not args.no_report)
+                            dry_run=args.dry_run, write_report=not args.no_report,
+                            against=getattr(args, "against", []), skip_existing=getattr(args, "skip_existing", False),
+                            write_index=near and not getattr(args, "no_index", False))
 
 
 def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
@@ -203,6 +215,9 @@ def _summary(m: dict[str, Any]) -> str:
         f"contaminated dropped  {m['contaminated_dropped']:>10,}",
         f"near duplicates found {m['near_duplicates_found']:>10,}  in {m['clusters']:,} clusters (largest {m['largest_cluster']})",
         f"near duplicates dropped {m['near_duplicates_dropped']:>8,}",
+        *([f"  of earlier outputs   {m['near_duplicates_of_indexed']:>10,}  ({m['indexed_documents']:,} indexed "
+           f"documents in {len(m['against'])} output(s))"] if m.get("against") else []),
+        *([f"skipped (id indexed)  {m['skipped_existing']:>10,}"] if m.get("skipped_existing") else []),
         f"output rows           {m['output_rows']:>10,}",
         f"seconds               {m['seconds'].get('total', 0):>10.1f}",
     ]
@@ -212,6 +227,10 @@ def _summary(m: dict[str, Any]) -> str:
         lines.append("dry run: no shards written")
     if m.get("report"):
         lines.append(f"report                {m['output'].rstrip('/')}/{m['report']}")
+    if m.get("index"):
+        ix = m["index"]
+        lines.append(f"index                 {m['output'].rstrip('/')}/{ix['path']}  ({ix['documents']:,} documents, "
+                     f"{ix['bytes_per_document']:.0f} bytes each)")
     return "\n".join(lines)
 
 

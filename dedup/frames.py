@@ -30,11 +30,32 @@ KIND_APPROX = 2
 hash, so the choice depends on texts only) to each other member; left is the centre."""
 
 
+CLEAN = -1
+"""`source` of a document that overlaps no protected record (>= 0: the record it overlaps)."""
+SKIPPED = -2
+"""`source` of a document skipped because its id is already in an earlier output's index (--skip-existing)."""
+
+
+def mark_skipped(feat: pd.DataFrame, skipped: pd.DataFrame) -> pd.DataFrame:
+    """Mark the documents keyed in `skipped` (this partition's) as SKIPPED: they take no part in near-dedup."""
+    if skipped.empty:
+        return feat
+    rows = rows_of(feat, skipped["doc"].to_numpy(np.int64))
+    out = feat.copy()
+    for column, value in (("source", SKIPPED), ("tkey", 0), ("tkey2", 0)):
+        values = out[column].to_numpy().copy()
+        values[rows] = value
+        out[column] = values
+    return out
+
+
 def sig_columns(num_perm: int) -> list[str]:
     return [f"h{i:03d}" for i in range(num_perm)]
 
 
 ROW_BITS = 32
+NO_INDEX = 1 << 62
+"""`first_indexed` (the first key of an earlier output's documents) when a run has no --against."""
 """A document's key is (partition index << ROW_BITS) | row: unique by construction, never a hash of its id."""
 
 
@@ -184,7 +205,7 @@ def _pairs_within(starts: NDArray[np.int64], sizes: NDArray[np.int64]) -> tuple[
     return left, left + 1 + offs
 
 
-def bucket_edges(long: pd.DataFrame, max_bucket: int) -> pd.DataFrame:
+def bucket_edges(long: pd.DataFrame, max_bucket: int, first_indexed: int = NO_INDEX) -> pd.DataFrame:
     """Edges of the buckets in one shuffled partition (every bucket lives in one partition).
 
     Same-text members of a bucket collapse to their smallest key (KIND_SAME_TEXT edges); the
@@ -242,7 +263,10 @@ def bucket_edges(long: pd.DataFrame, max_bucket: int) -> pd.DataFrame:
     approx = kind == KIND_APPROX
     lo = np.where(approx, left, np.minimum(left, right))
     hi = np.where(approx, right, np.maximum(left, right))
-    return pd.DataFrame({"left": lo, "right": hi, "kind": kind, "band": bands})
+    out = pd.DataFrame({"left": lo, "right": hi, "kind": kind, "band": bands})
+    if (hi >= first_indexed).any():  # two documents of earlier outputs: both survive, nothing to decide
+        out = out[(lo < first_indexed) | (hi < first_indexed)].reset_index(drop=True)
+    return out
 
 
 PAIR_META = pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64)})
@@ -276,8 +300,14 @@ def scored_meta(id_meta: pd.Series) -> pd.DataFrame:
                          "confirmed": pd.Series(dtype=bool)})
 
 
+def rows_of(feat: pd.DataFrame, keys: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Positions of document keys in a features partition (its `doc` column is sorted; an index
+    partition holds only the documents a run needs, so positions are looked up, not computed)."""
+    return np.searchsorted(feat["doc"].to_numpy(np.int64), keys)
+
+
 def _ids_at(feat: pd.DataFrame, keys: NDArray[np.int64]) -> NDArray[Any]:
-    return feat["_id"].to_numpy()[key_row(keys)]
+    return feat["_id"].to_numpy()[rows_of(feat, keys)]
 
 
 def with_left_ids(edges: pd.DataFrame, feat: pd.DataFrame) -> pd.DataFrame:
@@ -317,7 +347,7 @@ def pairs_with_left(edges: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame 
     """At the partition of each pair's left document: one row per distinct pair, with what scoring
     it needs from the left side (its signature, and for exact Jaccard its shingle hashes)."""
     pairs = with_left_ids(edges, feat)
-    rows = key_row(pairs["left"].to_numpy(np.int64))
+    rows = rows_of(feat, pairs["left"].to_numpy(np.int64))
     sigs = feat[sig_columns(params.num_perm)].to_numpy()[rows]
     out = pd.concat([pairs, pd.DataFrame(sigs, columns=sig_columns(params.num_perm))], axis=1)
     if params.confirm == "estimate":
@@ -338,7 +368,7 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
     n = len(rows)
     if n == 0:
         return scored_meta(feat["_id"])
-    right_rows = key_row(rows["right"].to_numpy(np.int64))
+    right_rows = rows_of(feat, rows["right"].to_numpy(np.int64))
     cols = sig_columns(params.num_perm)
     sigs = np.concatenate([rows[cols].to_numpy(np.uint32), feat[cols].to_numpy(np.uint32)[right_rows]])
     estimate = pair_estimates(sigs, np.arange(n), np.arange(n, 2 * n))
@@ -390,28 +420,46 @@ MEMBER_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "label": pd.Series
 
 def with_ids(members: pd.DataFrame, feat: pd.DataFrame) -> pd.DataFrame:
     """(doc, label) rows at their documents' partition, given each document's id."""
-    ids = feat["_id"].to_numpy()[key_row(members["doc"].to_numpy(np.int64))]
+    ids = feat["_id"].to_numpy()[rows_of(feat, members["doc"].to_numpy(np.int64))]
     return members[["doc", "label"]].reset_index(drop=True).assign(_id=ids)
 
 
-def roots_of_components(rows: pd.DataFrame) -> pd.DataFrame:
+def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:
     """(doc, root) for every member, where root is the smallest id of its component (all of a
-    component's rows are in this partition): numeric order for integer ids, string order otherwise."""
+    component's rows are in this partition): numeric order for integer ids, string order otherwise.
+
+    Documents of an earlier output's index (keys >= first_indexed) always survive: a component
+    holding one has the smallest indexed id as its root, whatever the new ids are.
+    """
     if rows.empty:
         return pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": rows["_id"].iloc[:0], "_id": rows["_id"].iloc[:0]})
     rows = rows.drop_duplicates("doc")
     ids = rows["_id"]
     if not pd.api.types.is_integer_dtype(ids.dtype):
         ids = ids.astype(object)
-    root = ids.groupby(rows["label"].to_numpy()).transform("min")
-    return pd.DataFrame({"doc": rows["doc"].to_numpy(np.int64), "root": root.to_numpy(), "_id": ids.to_numpy()})
+    doc = rows["doc"].to_numpy(np.int64)
+    label = rows["label"].to_numpy()
+    if (doc >= first_indexed).any():
+        order = pd.DataFrame({"label": label, "new": doc < first_indexed, "_id": ids.to_numpy()}).sort_values(
+            ["label", "new", "_id"], kind="stable")
+        first = order.drop_duplicates("label")
+        root = pd.Series(first["_id"].to_numpy(), index=first["label"].to_numpy()).reindex(label).to_numpy()
+    else:
+        root = ids.groupby(label).transform("min").to_numpy()
+    return pd.DataFrame({"doc": doc, "root": root, "_id": ids.to_numpy()})
 
 
-def component_counts(roots: pd.DataFrame) -> pd.DataFrame:
-    """Members, clusters and the largest cluster in one partition of `roots_of_components` output."""
+def component_counts(roots: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:
+    """In one partition of `roots_of_components` output: members and duplicates (this run's documents
+    in a cluster, and those that are not its root), clusters, the largest, and duplicates of indexed
+    documents."""
     sizes = roots.groupby("root").size() if len(roots) else pd.Series(dtype=np.int64)
-    return pd.DataFrame({"members": [len(roots)], "clusters": [len(sizes)],
-                         "largest": [int(sizes.max()) if len(sizes) else 0]})
+    new = roots[roots["doc"].to_numpy(np.int64) < first_indexed]
+    dup = new["root"].astype(object).to_numpy() != new["_id"].astype(object).to_numpy()
+    indexed_roots = set(roots["root"][roots["doc"].to_numpy(np.int64) >= first_indexed].astype(object))
+    of_indexed = int(new["root"].astype(object).isin(indexed_roots).sum()) if indexed_roots else 0
+    return pd.DataFrame({"members": [len(new)], "duplicates": [int(dup.sum())], "clusters": [len(sizes)],
+                         "largest": [int(sizes.max()) if len(sizes) else 0], "of_indexed": [of_indexed]})
 
 
 def row_decisions(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool) -> tuple[NDArray[np.bool_], NDArray[Any]]:
@@ -426,7 +474,7 @@ def row_decisions(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool) ->
     if roots is not None and len(roots):
         rows = key_row(roots["doc"].to_numpy(np.int64))
         cluster[rows] = roots["root"].to_numpy()
-    keep = feat["source"].to_numpy() < 0
+    keep = feat["source"].to_numpy() == CLEAN
     if drop:
         keep &= cluster == own
     return keep, cluster

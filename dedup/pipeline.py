@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from dedup import frames, io, removed, stages
+from dedup import frames, index, io, removed, stages
 from dedup import report as report_page
 from dedup import shards as shards_mod
 from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
@@ -71,9 +71,13 @@ def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:
 def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool, id_column: str, text_column: str,
             params: Params, report: Report, components: str = "auto", npartitions: int | None = None,
             features_dir: str | None = None, locate: Callable[[int], tuple[str, int]] | None = None,
-            null_id_files: Sequence[str] = (), details: bool = False) -> Decisions:
+            null_id_files: Sequence[str] = (), details: bool = False, against: Sequence[index.IndexPart] = (),
+            skip_existing: bool = False, index_out: str | None = None) -> Decisions:
     """Run the stages; the report gets every count. `locate` maps a document key to (file, row);
-    `details` also finds each clustered document's closest match (for `_report/removed.parquet`)."""
+    `details` also finds each clustered document's closest match (for `_report/removed.parquet`).
+    `against`: earlier outputs' indexes, whose documents win their clusters; with `skip_existing`
+    documents whose id one of them holds are skipped instead of refused. `index_out`: write this
+    run's index band files there."""
     if components not in COMPONENT_MODES:
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
     with Stage(report, "features") as stage:
@@ -96,15 +100,33 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     with Stage(report, "unique ids") as stage:
         stages.check_unique_ids(stages.repeated_ids(feat, npartitions), id_column, locate)
         stage.summary = "every id occurs once"
+        if against:
+            feat = _existing_ids(feat, against, id_column, locate, skip_existing, report, npartitions)
+            stage.summary += (f"; {report.skipped_existing} already in an earlier output, skipped"
+                              if report.skipped_existing else "; none is in an earlier output")
     if not near:
         return Decisions(feat, None, None, None)
+    layout = index.Layout(tuple(against), feat.npartitions) if against else None
+    first_indexed = layout.first_key if layout else frames.NO_INDEX
     with Stage(report, "buckets") as stage:
-        edges, c = stages.buckets(feat, params, npartitions)
+        edges, idx_feat, c = stages.buckets(feat, params, npartitions, index_out=index_out, layout=layout)
         report.approximated_buckets = c["approximated_buckets"]
         report.largest_approximated_bucket = c["largest_approximated_bucket"]
+        report.index_bytes += c["index_band_bytes"]
+        report.bucket_partitions = c["bucket_partitions"]
         stage.summary = f"bucket edges on the workers, {report.approximated_buckets} approximated bucket(s)"
+        if layout is not None:
+            report.indexed_documents = sum(p.documents for p in against)
+            stage.summary += (f"; {c['indexed_matched']} of {report.indexed_documents} indexed documents share a "
+                              "bucket with this input")
+    feat_all, texts = feat, ddf
+    if idx_feat is not None:
+        old = idx_feat.partitions[feat.npartitions:].clear_divisions()
+        feat_all = dd.concat([feat, old[list(feat.columns)]])
+        texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
     with Stage(report, "confirm") as stage:
-        graph, pairs, conf = stages.confirm(edges, feat, ddf, text_column=text_column, params=params)
+        graph, pairs, conf = stages.confirm(edges, feat_all, texts, text_column=text_column, params=params,
+                                            n_new=feat.npartitions)
         report.similarity_histogram = conf["similarity_histogram"]
         report.candidate_pairs, report.confirmed_pairs = conf["candidate_pairs"], conf["confirmed_pairs"]
         report.same_text_pairs = conf["same_text_pairs"]
@@ -116,20 +138,44 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             mode = "client" if conf["graph_edges"] <= CLIENT_COMPONENT_EDGES else "distributed"
         report.components = mode
         if mode == "client":
-            labels = stages.components_on_client(graph, feat.npartitions)
+            labels = stages.components_on_client(graph, feat_all.npartitions)
             stage.summary = f"{conf['graph_edges']} edges joined on the client"
         else:
             labels, rounds = stages.components_on_cluster(graph, npartitions or feat.npartitions)
             report.component_rounds = rounds
             stage.summary = f"{conf['graph_edges']} edges joined on the cluster in {rounds} large/small-star rounds"
     with Stage(report, "roots") as stage:
-        roots, by_component, c = stages.roots(labels, feat)
+        roots, by_component, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed)
         report.clusters, report.largest_cluster = c["clusters"], c["largest"]
-        report.near_duplicates = c["members"] - c["clusters"]
+        report.near_duplicates = c["duplicates"]
+        report.near_duplicates_of_indexed = c["of_indexed"]
         stage.summary = (f"{report.clusters} clusters, largest {report.largest_cluster}, "
                          f"{report.near_duplicates} near duplicates")
-    found = stages.matches(pairs, feat) if details else None
+        if layout is not None:
+            stage.summary += f", {report.near_duplicates_of_indexed} of them of earlier outputs' documents"
+    found = stages.matches(pairs, feat, first_indexed) if details else None
     return Decisions(feat, roots, found, by_component)
+
+
+def _existing_ids(feat: dd.DataFrame, against: Sequence[index.IndexPart], id_column: str,
+                  locate: Callable[[int], tuple[str, int]] | None, skip: bool, report: Report,
+                  npartitions: int | None) -> dd.DataFrame:
+    """Refuse (or, with skip, mark SKIPPED) documents whose id an earlier output's index already holds."""
+    found, count, sample = stages.existing_ids(feat, against, npartitions)
+    report.skipped_existing = 0
+    if not count:
+        return feat
+    if not skip:
+        where = ""
+        if locate is not None:
+            where = " (" + ", ".join(f"{i!r} in {f} row {r}" for i, (f, r) in
+                                     zip(sample["_id"], (locate(int(k)) for k in sample["doc"]))) + ")"
+        raise ValueError(f"{count} document id(s) in column {id_column!r} are already in an earlier output given "
+                         f"with --against, e.g. {[str(i) for i in sample['_id'].head(5)]}{where}. Pass "
+                         "--skip-existing to leave them out, or give them new ids. Nothing was written.")
+    report.skipped_existing = count
+    routed = stages.route(found, "doc", feat.npartitions)
+    return dd.map_partitions(frames.mark_skipped, feat, routed, meta=feat._meta, align_dataframes=False).persist()
 
 
 def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
@@ -224,9 +270,10 @@ def _read_group(group: list[shards_mod.Shard], id_column: str, text_column: str,
 
 
 def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[list[list[shards_mod.Shard]], pa.Schema],
-                 id_column: str, drop: bool, tag: bool, staging_url: str,
+                 id_column: str, drop: bool, tag: bool, staging_url: str, num_perm: int | None = None,
                  partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Write the output shards of one partition: each input file filtered, tagged, under its own name."""
+    """Write the output shards of one partition: each input file filtered, tagged, under its own name;
+    with `num_perm`, also this partition's index docs file (every document kept as its cluster's root)."""
     import fsspec
 
     assert partition_info is not None
@@ -235,6 +282,8 @@ def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[l
     keep, cluster = frames.row_decisions(feat, roots, drop)
     fs, root = fsspec.core.url_to_fs(staging_url)
     cluster_field = pa.field(shards_mod.CLUSTER_COLUMN, cluster_type(schema, id_column), nullable=False)
+    out_row = np.cumsum(keep) - 1  # row of each kept document in its output file, once offset per file
+    out_file = np.empty(len(feat), dtype=object)
     offset = written = 0
     for s in group:
         table = shards_mod.conform(shards_mod.read_table(s.path), schema)
@@ -242,6 +291,8 @@ def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[l
         if offset + n > len(feat):
             raise RuntimeError(f"{s.path} has more rows than its features; was it changed during the run?")
         k = keep[offset:offset + n]
+        out_row[offset:offset + n] -= written
+        out_file[offset:offset + n] = s.name
         table = table.filter(pa.array(k, type=pa.bool_()))
         if tag:
             table = table.append_column(cluster_field, pa.array(cluster[offset:offset + n][k], type=cluster_field.type))
@@ -250,7 +301,17 @@ def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[l
         written += table.num_rows
     if offset != len(feat):
         raise RuntimeError(f"Input files {[s.path for s in group]} changed during the run (row counts differ).")
-    return pd.DataFrame({"rows": [written]})
+    indexed = nbytes = 0
+    if num_perm is not None:
+        own = feat["_id"].to_numpy(dtype=cluster.dtype)
+        take = np.flatnonzero(keep & (cluster == own))
+        sigs = feat[frames.sig_columns(num_perm)].to_numpy(np.uint32)[take]
+        table = index.docs_table(own[take].tolist(), feat["doc"].to_numpy(np.int64)[take], sigs,
+                                 out_file[take].tolist(), out_row[take], cluster_type(schema, id_column))
+        path = index.docs_file(f"{root}/{index.INDEX_DIR}", partition_info["number"])
+        shards_mod.write_shard(table, fs, path)
+        indexed, nbytes = table.num_rows, int(fs.size(path))
+    return pd.DataFrame({"rows": [written], "indexed": [indexed], "bytes": [nbytes]})
 
 
 def _locator(groups: list[list[shards_mod.Shard]]) -> Callable[[int], tuple[str, int]]:
@@ -361,7 +422,10 @@ def _report_extras(decided: Decisions, ddf: dd.DataFrame, text_column: str, para
     if not wanted:
         return extras
     keys = np.unique(np.asarray(wanted, dtype=np.int64))
-    parts = sorted({int(p) for p in frames.key_partition(keys)})  # read only the partitions that hold them
+    # read only the partitions that hold them (an earlier output's documents are not read again)
+    parts = sorted({int(p) for p in frames.key_partition(keys) if p < decided.feat.npartitions})
+    if not parts:
+        return extras
     (texts,) = compute(dd.map_partitions(_pick, ddf.partitions[parts], decided.feat.partitions[parts], shared(keys),
                                          text_column, meta={"doc": "int64", "_id": object, "text": object},
                                          align_dataframes=False))
@@ -423,20 +487,34 @@ def execute(plan: Plan) -> dict[str, Any]:
             ddf = dd.from_map(_read_group, groups, id_column=plan.id_column, text_column=plan.text_column,
                               id_type=id_type, meta=meta, enforce_metadata=False, label="read-shards")
             try:
+                write_index = plan.write_index and plan.near and not plan.dry_run
                 decided = analyse(
                     ddf, protected=plan.protected, near=plan.near, id_column=plan.id_column,
                     text_column=plan.text_column, params=params, report=report, components=plan.components,
                     features_dir=staging.url + "/_features" if plan.features_on_disk else None,
-                    locate=_locator(groups), details=plan.write_report)
+                    locate=_locator(groups), details=plan.write_report, against=plan.against,
+                    skip_existing=plan.skip_existing,
+                    index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None)
                 layout = shared((groups, plan.schema))
                 if not plan.dry_run:
                     with Stage(report, "write") as stage:
+                        columns = ["doc", "source", "_id"] + (frames.sig_columns(params.num_perm) if write_index else [])
                         writes = dd.map_partitions(
-                            _write_group, decided.feat[["doc", "source", "_id"]], decided.roots, layout, plan.id_column,
-                            plan.drop and plan.near, plan.near, staging.url, meta={"rows": "int64"},
-                            align_dataframes=False)
-                        compute(writes, retries=plan.retries)
+                            _write_group, decided.feat[columns], decided.roots, layout, plan.id_column,
+                            plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
+                            meta={"rows": "int64", "indexed": "int64", "bytes": "int64"}, align_dataframes=False)
+                        (w,) = compute(writes, retries=plan.retries)
                         stage.summary = f"{len(plan.shards)} Parquet shards to the staging directory"
+                        if write_index:
+                            report.index_documents = int(w["indexed"].sum())
+                            report.index_bytes += int(w["bytes"].sum())
+                            staging.write_json(f"{index.INDEX_DIR}/{index.INDEX_META}", index.index_meta(
+                                params, uid=index.new_uid(), id_type=cluster_type(plan.schema, plan.id_column),
+                                partitions=len(plan.groups), bucket_parts=report.bucket_partitions,
+                                documents=report.index_documents, nbytes=report.index_bytes,
+                                text_column=plan.text_column, sources=plan.against))
+                            stage.summary += (f"; index of {report.index_documents} kept documents, "
+                                              f"{report.index_bytes / max(1, report.index_documents):.0f} bytes each")
                 if plan.write_report:
                     with Stage(report, "report") as stage:
                         prot = shared(plan.protected) if plan.protected is not None else None
@@ -457,12 +535,13 @@ def execute(plan: Plan) -> dict[str, Any]:
         else:
             log.warning("input %s holds no files: writing an empty output", plan.input)
         dropped_near = report.near_duplicates if (plan.near and plan.drop) else 0
-        expected = report.input_rows - report.contaminated - dropped_near
+        expected = report.input_rows - report.contaminated - dropped_near - report.skipped_existing
         output_rows = expected if plan.dry_run else io.parquet_rows(staging.fs, staging.tmp)
         if output_rows != expected:
             raise RuntimeError(f"Accounting mismatch: wrote {output_rows} rows, expected {expected} "
                                f"({report.input_rows} in - {report.contaminated} contaminated - {dropped_near} "
-                               "near duplicates). Nothing was replaced; please report this as a bug.")
+                               f"near duplicates - {report.skipped_existing} already indexed). Nothing was replaced; "
+                               "please report this as a bug.")
         report.seconds["total"] = round(time.perf_counter() - plan.start, 3)
         prot = plan.protected
         manifest = {
@@ -488,6 +567,12 @@ def execute(plan: Plan) -> dict[str, Any]:
             "dry_run": plan.dry_run, "similarity_histogram": report.similarity_histogram,
             "warnings": _warnings(report, params),
             "report": removed.PAGE if plan.write_report else None,
+            "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,
+            "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
+            "skipped_existing": report.skipped_existing,
+            "index": ({"path": index.INDEX_DIR, "documents": report.index_documents, "bytes": report.index_bytes,
+                       "bytes_per_document": round(report.index_bytes / max(1, report.index_documents), 1)}
+                      if plan.write_index and plan.near and not plan.dry_run and plan.shards else None),
             "removed": removed.REMOVED if plan.write_report else None,
         }
         if plan.write_report:
@@ -522,7 +607,8 @@ def execute(plan: Plan) -> dict[str, Any]:
 def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
         text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
         components: str = "auto", retries: int = 2, features_on_disk: bool = False,
-        partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True) -> dict[str, Any]:
+        partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
+        against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True) -> dict[str, Any]:
     """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
 
     Runs on the active distributed client (or the local scheduler without one). OUTPUT mirrors
@@ -530,10 +616,12 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
     `_dedup.json`, the manifest, which is returned and which marks OUTPUT complete.
     `partition_rows` bounds how many rows of small consecutive shards are read as one partition.
     Unless `write_report` is False, `_report/` gets `index.html` and `removed.parquet`; with
-    `dry_run`, OUTPUT gets only the manifest and the report, no shards.
+    `dry_run`, OUTPUT gets only the manifest and the report, no shards. Unless `write_index` is
+    False, a near-dedup run writes `_index/`, which a later run takes with `against` (earlier
+    OUTPUTs): its documents that duplicate one of theirs are dropped, theirs always survive.
     """
     plan = prepare(input, output, protected=protected, near=near, id_column=id_column, text_column=text_column,
                    params=params, drop=drop, overwrite=overwrite, components=components, retries=retries,
                    features_on_disk=features_on_disk, partition_rows=partition_rows, dry_run=dry_run,
-                   write_report=write_report)
+                   write_report=write_report, against=against, skip_existing=skip_existing, write_index=write_index)
     return execute(plan)

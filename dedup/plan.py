@@ -22,6 +22,7 @@ from dedup.staging import Staging
 
 if TYPE_CHECKING:
     from dedup.decontam import PathLike, ProtectedNgrams
+    from dedup.index import IndexPart
 
 log = logging.getLogger("dedup")
 
@@ -45,6 +46,12 @@ class Report:
     components: str = ""
     component_rounds: int = 0
     similarity_histogram: list[int] = field(default_factory=list)
+    skipped_existing: int = 0
+    indexed_documents: int = 0
+    near_duplicates_of_indexed: int = 0
+    index_bytes: int = 0
+    index_documents: int = 0
+    bucket_partitions: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -97,6 +104,9 @@ class Plan:
     staging: Staging
     report: Report
     start: float
+    against: list[IndexPart] = field(default_factory=list)
+    skip_existing: bool = False
+    write_index: bool = True
 
     def close(self) -> None:
         self.staging.close()
@@ -105,8 +115,11 @@ class Plan:
 def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
             text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
             components: str = "auto", retries: int = 2, features_on_disk: bool = False,
-            partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True) -> Plan:
-    """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right."""
+            partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
+            against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True) -> Plan:
+    """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right.
+
+    against: earlier OUTPUTs whose indexes this run's documents are compared with (near-dedup only)."""
     start = time.perf_counter()
     params = params or Params()
     report = Report()
@@ -116,10 +129,22 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
         raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {partition_rows!r} instead.")
     files = shards_mod.discover(input)
     prot_paths = expand_protected([str(p) for p in protected])
-    check_output(output, inputs=input_places(input, files), protected=prot_paths, overwrite=overwrite)
+    if against and not near:
+        raise UsageError("--against compares documents with an earlier output's near-dedup index; it needs `run` or "
+                         "`near`, not `decontaminate`.")
+    if skip_existing and not against:
+        raise UsageError("--skip-existing skips documents already in an --against output; give --against too.")
+    check_output(output, inputs=input_places(input, files) + [a for a in against if "://" not in a],
+                 protected=prot_paths, overwrite=overwrite)
     found = shards_mod.read_footers(files)
     schema = shards_mod.unify(found)
     shards_mod.check_columns(found, schema, id_column, text_column)
+    parts: list[IndexPart] = []
+    if against:
+        from dedup import index
+
+        id_type = schema.field(id_column).type
+        parts = index.load(list(against), params, id_type.value_type if pa.types.is_dictionary(id_type) else id_type)
     prot = None
     if prot_paths:
         from dedup.decontam import ProtectedNgrams
@@ -134,6 +159,7 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
     staging = Staging(output)
     groups = shards_mod.partitions(found, rows=partition_rows)
     return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, components,
-                retries, features_on_disk, dry_run, write_report, staging, report, start)
+                retries, features_on_disk, dry_run, write_report, staging, report, start, parts, skip_existing,
+                write_index)
 
 

@@ -1,7 +1,8 @@
 """`OUTPUT/_report/removed.parquet`: one row per document a run removed (or, keeping duplicates, would).
 
 A directory of Parquet files, one per input file under its own name, so no single process ever
-holds the list: id, reason (`near_duplicate` or `contaminated`); for near duplicates the root id,
+holds the list: id, reason (`near_duplicate`, `contaminated`, or `already_indexed` with
+`--skip-existing`); for near duplicates the root id,
 the document it was matched to directly (the neighbour with the smallest id among its confirmed
 pairs) and that pair's similarity (estimate, and exact Jaccard with `--confirm exact`); for
 contaminated ones the protected file, the record and the first matching n-gram. Parquet readers
@@ -18,12 +19,12 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.decontam import ProtectedNgrams
-from dedup.frames import key_row
+from dedup.frames import CLEAN, SKIPPED, key_row
 
 REPORT_DIR = "_report"
 REMOVED = f"{REPORT_DIR}/removed.parquet"
 PAGE = f"{REPORT_DIR}/index.html"
-NEAR, CONTAMINATED = "near_duplicate", "contaminated"
+NEAR, CONTAMINATED, SKIPPED_EXISTING = "near_duplicate", "contaminated", "already_indexed"
 
 
 def removed_schema(id_type: pa.DataType) -> pa.Schema:
@@ -45,8 +46,9 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
     ids = feat["_id"].to_numpy(dtype=np.int64 if pd.api.types.is_integer_dtype(feat["_id"].dtype) else object)
     source = feat["source"].to_numpy()
     contaminated = source >= 0
-    near = ~contaminated & (cluster != ids)
-    take = np.flatnonzero(contaminated | near)
+    skipped = source == SKIPPED
+    near = (source == CLEAN) & (cluster != ids)
+    take = np.flatnonzero(contaminated | near | skipped)
     n = len(feat)
     matched = np.full(n, None, dtype=object)
     est = np.full(n, np.nan, dtype=np.float32)
@@ -69,10 +71,11 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
                 grams[j] = protected.ngram_text(int(grams_of[r]))
     is_near = near[take]
     mask = ~is_near
+    reason = np.where(is_near, NEAR, np.where(skipped[take], SKIPPED_EXISTING, CONTAMINATED))
     schema = removed_schema(id_type)
     return pa.table({
         "id": pa.array(ids[take].tolist(), id_type),
-        "reason": pa.array(np.where(is_near, NEAR, CONTAMINATED).tolist(), pa.string()),
+        "reason": pa.array(reason.tolist(), pa.string()),
         "root": pa.array(cluster[take].tolist(), id_type, mask=mask),
         "matched": pa.array(matched[take].tolist(), id_type, mask=mask),
         "estimate": pa.array(est[take], pa.float32(), mask=mask | np.isnan(est[take])),

@@ -10,14 +10,14 @@ components only, the confirmed edges).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from dedup import ccstar, frames
+from dedup import ccstar, frames, index
 from dedup.config import Params
 from dedup.decontam import ProtectedNgrams
 from dedup.runtime import active_client, compute, shared
@@ -29,14 +29,23 @@ log = logging.getLogger("dedup")
 MAX_STAR_ROUNDS = 200
 
 
+def _route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int) -> dd.DataFrame:
+    meta = frame._meta.assign(_part=pd.Series(dtype=np.int64))
+    with_part = frame.map_partitions(lambda df: df.assign(_part=part_of(df)), meta=meta)
+    divisions = list(range(npartitions)) + [npartitions - 1]
+    return with_part.set_index("_part", divisions=divisions, sorted=False)
+
+
 def route(frame: dd.DataFrame, key_column: str, npartitions: int) -> dd.DataFrame:
     """`frame`'s rows moved to the partition of the document key in `key_column`: partition i of the
     result holds exactly the rows whose key belongs to features partition i (a shuffle, no graph data)."""
-    meta = frame._meta.assign(_part=pd.Series(dtype=np.int64))
-    with_part = frame.map_partitions(
-        lambda df: df.assign(_part=frames.key_partition(df[key_column].to_numpy(np.int64))), meta=meta)
-    divisions = list(range(npartitions)) + [npartitions - 1]
-    return with_part.set_index("_part", divisions=divisions, sorted=False)
+    return _route_by(frame, lambda df: frames.key_partition(df[key_column].to_numpy(np.int64)), npartitions)
+
+
+def route_ranges(frame: dd.DataFrame, npartitions: int) -> dd.DataFrame:
+    """Band rows moved to the bucket range of their key (`dedup.index.key_range_of`): every bucket
+    in one partition, and the same ranges as an index's band files."""
+    return _route_by(frame, lambda df: index.key_range_of(df["key"].to_numpy(np.uint64), npartitions), npartitions)
 
 
 # -- features --------------------------------------------------------------------------------------
@@ -88,6 +97,36 @@ def repeated_ids(feat: dd.DataFrame, npartitions: int | None = None) -> pd.DataF
         lambda d: d[d["_id"].duplicated(keep=False)], meta=keys._meta)
     (out,) = compute(found)
     return out
+
+
+def _read_index_ids(item: tuple[str, int], id_meta: pd.Series) -> pd.DataFrame:
+    import fsspec
+    import pyarrow.parquet as pq
+
+    fs, path = fsspec.core.url_to_fs(index.docs_file(*item))
+    with fs.open(path, "rb") as fh:
+        ids = pq.read_table(fh, columns=["id"]).column(0).to_numpy(zero_copy_only=False)
+    return pd.DataFrame({"doc": np.full(len(ids), -1, dtype=np.int64), "_id": pd.Series(ids, dtype=id_meta.dtype)})
+
+
+def _existing(d: pd.DataFrame) -> pd.DataFrame:
+    new = d[d["doc"].to_numpy() >= 0]
+    old = d[d["doc"].to_numpy() < 0]
+    return new[new["_id"].isin(old["_id"])]
+
+
+def existing_ids(feat: dd.DataFrame, sources: Sequence[index.IndexPart], npartitions: int | None = None
+                 ) -> tuple[dd.DataFrame, int, pd.DataFrame]:
+    """(doc, _id) of this run's documents whose id is already in an earlier index, persisted on the
+    workers (a shuffle of both on the id values); their number and a few of them for messages."""
+    keys = feat[["doc", "_id"]]
+    items = [(s.url, p) for s in sources for p in range(s.partitions)]
+    old = dd.from_map(_read_index_ids, items, id_meta=keys._meta["_id"], meta=keys._meta, enforce_metadata=False)
+    k = npartitions or keys.npartitions
+    found = dd.concat([keys, old]).shuffle(on="_id", npartitions=k).map_partitions(_existing, meta=keys._meta).persist()
+    (c, sample) = compute(found.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"}),
+                          found.map_partitions(lambda d: d.head(6), meta=keys._meta))
+    return found, int(c["n"].sum()), sample.sort_values("doc").head(6)
 
 
 def check_unique_ids(repeated: pd.DataFrame, id_column: str,
@@ -149,13 +188,45 @@ def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgr
 
 # -- buckets ---------------------------------------------------------------------------------------
 
-def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None) -> tuple[dd.DataFrame, dict[str, int]]:
-    """Bucket edges on the workers: the long form (band, key, doc) shuffled on (band, key), every
-    bucket turned into same-text, candidate or star edges. Persisted; counts approximated buckets."""
+def _write_band_part(rows: pd.DataFrame, root: str, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    assert partition_info is not None
+    return pd.DataFrame({"bytes": [index.write_bands(rows, root, partition_info["number"])], "rows": [len(rows)]})
+
+
+def _both(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([a.reset_index(drop=True), b.reset_index(drop=True)], ignore_index=True)
+
+
+def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, *, index_out: str | None = None,
+            layout: index.Layout | None = None) -> tuple[dd.DataFrame, dd.DataFrame | None, dict[str, int]]:
+    """Bucket edges on the workers: the long form (band, key, doc) routed to the range of its key,
+    every bucket turned into same-text, candidate or star edges. Persisted; counts approximated buckets.
+
+    index_out: also write the routed rows there as this run's index band files. layout: join each
+    bucket range with the earlier indexes' rows of the same range that share a bucket with this run's
+    documents, keeping only documents those runs kept (their features, persisted, are returned);
+    edges between two indexed documents are dropped.
+    """
     long = feat.map_partitions(frames.long_form, params, meta=frames.LONG_META)
     k = npartitions or max(1, long.npartitions)
-    edges = long.shuffle(on=["band", "key"], npartitions=k).map_partitions(
-        frames.bucket_edges, params.max_bucket, meta=frames.EDGE_META).persist()
+    ranged = route_ranges(long, k)
+    combined, idx_feat, first_indexed = ranged, None, frames.NO_INDEX
+    if layout is not None and layout.parts:
+        first_indexed = layout.first_key
+        matched = ranged.map_partitions(index.matched_rows, layout, k, meta=frames.LONG_META)
+        at_docs = route(matched, "doc", layout.total)
+        id_dtype = feat._meta["_id"].dtype
+        idx_feat = at_docs.map_partitions(index.index_features, layout, params, params.confirm == "exact", id_dtype,
+                                          meta=index.features_meta(params.num_perm, id_dtype))
+        kept = dd.map_partitions(index.kept_rows, at_docs, idx_feat, meta=frames.LONG_META, align_dataframes=False)
+        combined = dd.map_partitions(_both, ranged, route_ranges(kept, k), meta=frames.LONG_META,
+                                     align_dataframes=False)
+    edges = combined.map_partitions(frames.bucket_edges, params.max_bucket, first_indexed, meta=frames.EDGE_META)
+    writes = ranged.map_partitions(_write_band_part, index_out, meta={"bytes": "int64", "rows": "int64"}) \
+        if index_out is not None else None
+    import dask
+
+    edges, idx_feat, writes = dask.persist(edges, idx_feat, writes)
 
     def approx_sizes(e: pd.DataFrame) -> pd.DataFrame:
         a = e[e["kind"] == frames.KIND_APPROX]
@@ -163,11 +234,18 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None) 
         return pd.DataFrame({"buckets": [len(sizes)], "largest": [int(sizes.max()) if len(sizes) else 0]})
 
     (c,) = compute(edges.map_partitions(approx_sizes, meta={"buckets": "int64", "largest": "int64"}))
-    counts = {"approximated_buckets": int(c["buckets"].sum()), "largest_approximated_bucket": int(c["largest"].max())}
+    counts = {"approximated_buckets": int(c["buckets"].sum()), "largest_approximated_bucket": int(c["largest"].max()),
+              "index_band_bytes": 0, "indexed_matched": 0, "bucket_partitions": k}
+    if writes is not None:
+        (w,) = compute(writes)
+        counts["index_band_bytes"] = int(w["bytes"].sum())
+    if idx_feat is not None:
+        (n,) = compute(idx_feat.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"}))
+        counts["indexed_matched"] = int(n["n"].sum())
     if counts["approximated_buckets"]:
         log.warning("%d bucket(s) had more than %d distinct texts (largest %d): joined by star edges, not all pairs",
                     counts["approximated_buckets"], params.max_bucket, counts["largest_approximated_bucket"])
-    return edges, counts
+    return edges, idx_feat, counts
 
 
 # -- confirm ---------------------------------------------------------------------------------------
@@ -177,14 +255,16 @@ SIMILARITY_BINS = 50
 
 
 def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str,
-            params: Params) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, Any]]:
+            params: Params, n_new: int | None = None) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, Any]]:
     """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
     document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
     then to its right document's, where it is scored. Same-text edges join them unscored
     (similarity 1). Returns the persisted graph (left, right) the components are made of, the
     persisted confirmed pairs with their similarities (left, right, estimate, jaccard), and counts
-    with a histogram of every candidate's similarity."""
+    with a histogram of every candidate's similarity. Partitions from `n_new` on are earlier indexes'
+    documents (never paired with each other)."""
     n = feat.npartitions
+    n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
     cand = edges[edges["kind"] != frames.KIND_SAME_TEXT].map_partitions(frames.unique_pairs, meta=frames.PAIR_META)
     src = None if params.confirm == "estimate" else texts
@@ -197,7 +277,8 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
         ["left", "right"]], "left", n), feat, meta=id_pair_meta, align_dataframes=False)  # one row per pair
     same_bucket = dd.map_partitions(frames.with_right_ids, route(same_left, "right", n), feat,
                                     meta=id_pair_meta.assign(right_id=id_meta.iloc[:0]), align_dataframes=False)
-    same_local = feat.map_partitions(frames.same_text_pairs_with_ids, meta=id_pair_meta.assign(right_id=id_meta.iloc[:0]))
+    same_local = feat.partitions[:n_new].map_partitions(frames.same_text_pairs_with_ids,
+                                                        meta=id_pair_meta.assign(right_id=id_meta.iloc[:0]))
     same = dd.concat([same_bucket, same_local])
     columns = ["left", "right", "left_id", "right_id", "estimate", "jaccard"]
     confirmed = scored[scored["confirmed"]][columns]
@@ -219,13 +300,14 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     return graph, pairs, counts
 
 
-def matches(pairs: dd.DataFrame, feat: dd.DataFrame) -> dd.DataFrame:
-    """(doc, matched, estimate, jaccard) for every document in a confirmed or same-text pair: the
-    neighbour with the smallest id it was matched to directly, and that pair's similarities; routed to
-    the document's own partition (for the report). Choices depend on ids, never on keys."""
-    both = pairs.map_partitions(frames.pair_directions, meta=frames.match_meta(feat._meta["_id"]))
-    return route(both, "doc", feat.npartitions).map_partitions(frames.closest_match,
-                                                                 meta=frames.match_meta(feat._meta["_id"]))
+def matches(pairs: dd.DataFrame, feat: dd.DataFrame, first_indexed: int = frames.NO_INDEX) -> dd.DataFrame:
+    """(doc, matched, estimate, jaccard) for every document of this run in a confirmed or same-text
+    pair: the neighbour with the smallest id it was matched to directly, and that pair's similarities;
+    routed to the document's own partition (for the report). Choices depend on ids, never on keys."""
+    meta = frames.match_meta(feat._meta["_id"])
+    both = pairs.map_partitions(frames.pair_directions, meta=meta)
+    both = both[both["doc"] < first_indexed]
+    return route(both, "doc", feat.npartitions).map_partitions(frames.closest_match, meta=meta)
 
 
 # -- components ------------------------------------------------------------------------------------
@@ -281,23 +363,29 @@ def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.Dat
 
 # -- roots -----------------------------------------------------------------------------------------
 
-def roots(labels: dd.DataFrame, feat: dd.DataFrame) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, int]]:
+def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None,
+          first_indexed: int = frames.NO_INDEX) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, int]]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
     the same rows persisted by component (for the report).
 
     The labels (smallest key of each component) go to their documents' partitions to collect
     ids, then are shuffled on the label so each component is in one partition, where its root,
-    the smallest id, is chosen."""
+    the smallest id, is chosen (the smallest indexed id, when the component holds documents of an
+    earlier output: partitions from `n_new` on, keys from `first_indexed` on)."""
     n = feat.npartitions
+    n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
     with_ids = dd.map_partitions(frames.with_ids, route(labels, "doc", n), feat,
                                  meta=frames.MEMBER_META.assign(_id=id_meta.iloc[:0]), align_dataframes=False)
     root_meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
-    by_component = with_ids.shuffle(on="label", npartitions=max(1, n)).map_partitions(
-        frames.roots_of_components, meta=root_meta).persist()
-    (c,) = compute(by_component.map_partitions(frames.component_counts,
-                                                meta={"members": "int64", "clusters": "int64", "largest": "int64"}))
-    counts = {"members": int(c["members"].sum()), "clusters": int(c["clusters"].sum()), "largest": int(c["largest"].max())}
-    return route(by_component, "doc", n), by_component, counts
+    by_component = with_ids.shuffle(on="label", npartitions=max(1, n_new)).map_partitions(
+        frames.roots_of_components, first_indexed, meta=root_meta).persist()
+    (c,) = compute(by_component.map_partitions(
+        frames.component_counts, first_indexed,
+        meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64"}))
+    counts = {k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")}
+    counts["largest"] = int(c["largest"].max())
+    own = by_component[by_component["doc"] < first_indexed]
+    return route(own, "doc", n_new), by_component, counts
 
 

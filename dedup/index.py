@@ -1,0 +1,354 @@
+"""`OUTPUT/_index/`: what a later run needs to compare new documents with the ones this run kept.
+
+An on-disk LSH index, written by the workers while the job runs, read back by `--against`:
+
+    _index/index.json           parameters' fingerprint, id type, layout, counts, earlier indexes
+    _index/bands/part-M.parquet (band, key, doc, tkey, tkey2) of this run's documents whose band
+                                key k falls in bucket range M (k // step == M), sorted by key
+    _index/docs/part-P.parquet  (doc, id, signature, file, row) of each document this run kept,
+                                input partition P: where it is in OUTPUT, and its signature
+
+`doc` is the run's own document key (partition << 32 | row). The band files are range
+partitioned exactly like the bucket shuffle, so a later run joins each of its bucket partitions
+with the index rows of the same key range, without shuffling the index. A band row whose
+document is not in the docs files (a document the run removed) is never matched. A run made
+with `--against` references the earlier indexes in its index.json instead of copying them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from dedup.config import Params
+from dedup.safety import MANIFEST, UsageError
+
+INDEX_DIR = "_index"
+INDEX_META = "index.json"
+BANDS, DOCS = "bands", "docs"
+FORMAT = 1
+INDEX_PARAMS = ("num_perm", "num_bands", "rows_per_band", "shingle_size", "shingle_unit", "seed")
+"""The parameters a signature and its band keys depend on: an index is usable only when they match."""
+KEY_SPACE = 1 << 64
+
+
+def index_params(params: Params) -> dict[str, Any]:
+    return {k: getattr(params, k) for k in INDEX_PARAMS}
+
+
+def index_fingerprint(params: Params) -> str:
+    blob = json.dumps(index_params(params), sort_keys=True).encode()
+    return hashlib.blake2b(blob, digest_size=8).hexdigest()
+
+
+def key_step(parts: int) -> int:
+    """Width of one bucket range: band key k belongs to range k // step, for `parts` ranges."""
+    return -(-KEY_SPACE // max(1, parts))
+
+
+def key_range_of(keys: NDArray[np.uint64], parts: int) -> NDArray[np.int64]:
+    """The bucket range (0..parts-1) of each band key."""
+    if parts <= 1:
+        return np.zeros(len(keys), dtype=np.int64)
+    return (keys // np.uint64(key_step(parts))).astype(np.int64)
+
+
+def band_file(root: str, m: int) -> str:
+    return f"{root}/{BANDS}/part-{m:06d}.parquet"
+
+
+def docs_file(root: str, p: int) -> str:
+    return f"{root}/{DOCS}/part-{p:06d}.parquet"
+
+
+@dataclass(frozen=True)
+class IndexPart:
+    """One run's index: where it is and how it is laid out."""
+
+    url: str
+    uid: str
+    partitions: int
+    bucket_parts: int
+    documents: int
+    output: str
+    text_column: str
+
+    def as_source(self) -> dict[str, Any]:
+        return {"url": self.url, "uid": self.uid, "documents": self.documents}
+
+    def band_files_for(self, m: int, parts: int) -> list[tuple[str, int, int]]:
+        """(file, lo, hi): this index's band files that hold keys of range m of `parts`, with the key bounds."""
+        lo, hi = m * key_step(parts), min((m + 1) * key_step(parts), KEY_SPACE)
+        step = key_step(self.bucket_parts)
+        first, last = lo // step, min((hi - 1) // step, self.bucket_parts - 1)
+        return [(band_file(self.url, j), lo, hi) for j in range(first, last + 1)]
+
+
+def _read_json(fs: Any, path: str) -> dict[str, Any] | None:
+    try:
+        with fs.open(path, "r") as fh:
+            value = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _part(url: str, meta: dict[str, Any]) -> IndexPart:
+    return IndexPart(url=url, uid=str(meta["uid"]), partitions=int(meta["partitions"]),
+                     bucket_parts=int(meta["bucket_partitions"]), documents=int(meta["documents"]),
+                     output=posixpath.dirname(url.rstrip("/")), text_column=str(meta["text_column"]))
+
+
+def _describe(p: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={p.get(k)!r}" for k in INDEX_PARAMS)
+
+
+def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[IndexPart]:
+    """The indexes of earlier outputs (and every index they reference), checked against this run.
+
+    Raises `UsageError` naming the output when one is not a dedup output with an index, was made
+    with other parameters or another id type, or references an index that is gone or replaced.
+    """
+    import fsspec
+
+    from dedup.safety import is_url, read_manifest
+
+    found: dict[str, IndexPart] = {}
+    want = index_params(params)
+    for out in previous:
+        fs, root = fsspec.core.url_to_fs(out)
+        root = root.rstrip("/")
+        base = out if is_url(out) else str(Path(out).expanduser().resolve())
+        if read_manifest(fs, root) is None:
+            raise UsageError(f"--against {out}: not a dedup output (no {MANIFEST}); give the OUTPUT of an earlier run.")
+        meta = _read_json(fs, f"{root}/{INDEX_DIR}/{INDEX_META}")
+        if meta is None:
+            raise UsageError(f"--against {out}: it has no {INDEX_DIR}/{INDEX_META} (made with --no-index, with "
+                             "decontaminate only, or by an older dedup); run it again to build one.")
+        if meta.get("format") != FORMAT:
+            raise UsageError(f"--against {out}: index format {meta.get('format')!r}, this dedup reads {FORMAT}.")
+        if meta.get("fingerprint") != index_fingerprint(params):
+            raise UsageError(f"--against {out}: its index was made with {_describe(meta.get('params', {}))}; this run "
+                             f"has {_describe(want)}. Run with the index's parameters, or without --against.")
+        if meta.get("id_kind") != id_kind(id_type):
+            raise UsageError(f"--against {out}: its ids are {meta.get('id_kind')}s ({meta.get('id_type')}), this "
+                             f"input's are {id_kind(id_type)}s ({id_type}); ids must be of one kind to be compared.")
+        url = f"{base.rstrip('/')}/{INDEX_DIR}"
+        found.setdefault(url, _part(url, meta))
+        for src in meta.get("sources", []):
+            sfs, sroot = fsspec.core.url_to_fs(src["url"])
+            smeta = _read_json(sfs, f"{sroot.rstrip('/')}/{INDEX_META}")
+            if smeta is None or smeta.get("uid") != src["uid"]:
+                state = "is gone" if smeta is None else "was replaced since"
+                raise UsageError(f"--against {out}: the earlier index it builds on, {src['url']}, {state}; "
+                                 "pass that output's replacement with --against too, or run without --against.")
+            found.setdefault(src["url"], _part(src["url"], smeta))
+    return list(found.values())
+
+
+def id_kind(id_type: pa.DataType) -> str:
+    """Ids compare across runs when both are integers or both strings."""
+    return "integer" if pa.types.is_integer(id_type) else "string"
+
+
+def new_uid() -> str:
+    return uuid.uuid4().hex
+
+
+def index_meta(params: Params, *, uid: str, id_type: pa.DataType, partitions: int, bucket_parts: int,
+               documents: int, nbytes: int, text_column: str, sources: Sequence[IndexPart]) -> dict[str, Any]:
+    return {"format": FORMAT, "uid": uid, "fingerprint": index_fingerprint(params), "params": index_params(params),
+            "id_type": str(id_type), "id_kind": id_kind(id_type), "text_column": text_column, "partitions": partitions,
+            "bucket_partitions": bucket_parts, "documents": documents, "bytes": nbytes,
+            "sources": [s.as_source() for s in sources]}
+
+
+# -- per-partition work (workers) -------------------------------------------------------------------
+
+BAND_SCHEMA = pa.schema([("band", pa.uint8()), ("key", pa.uint64()), ("doc", pa.int64()), ("tkey", pa.uint64()),
+                         ("tkey2", pa.uint64())])
+
+
+def write_bands(rows: Any, root: str, m: int) -> int:
+    """Write one bucket range's rows (band, key, doc, tkey, tkey2), sorted by key; bytes written."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    order = np.argsort(rows["key"].to_numpy(np.uint64), kind="stable")
+    table = pa.table({c: rows[c].to_numpy()[order] for c in BAND_SCHEMA.names}, schema=BAND_SCHEMA)
+    fs, path = fsspec.core.url_to_fs(band_file(root, m))
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    with fs.open(path, "wb") as fh:
+        pq.write_table(table, fh, row_group_size=64 * 1024)
+    return int(fs.size(path))
+
+
+def read_bands(part: IndexPart, m: int, parts: int) -> pa.Table:
+    """The index rows of `part` whose key is in bucket range m of `parts`."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    tables = []
+    for path, lo, hi in part.band_files_for(m, parts):
+        try:
+            dataset = ds.dataset(path, format="parquet")
+        except (FileNotFoundError, OSError) as exc:
+            raise RuntimeError(f"The index {part.url} is damaged: {path} cannot be read ({exc}).") from exc
+        flt = pc.field("key") >= pa.scalar(lo, pa.uint64())
+        if hi < KEY_SPACE:
+            flt = flt & (pc.field("key") < pa.scalar(hi, pa.uint64()))
+        tables.append(dataset.to_table(filter=flt))
+    return pa.concat_tables(tables) if tables else BAND_SCHEMA.empty_table()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the documents of earlier indexes sit in this run's key space: index part i holds
+    partitions starts[i] .. starts[i] + parts[i].partitions - 1, after this run's `first` ones."""
+
+    parts: tuple[IndexPart, ...]
+    first: int
+
+    @property
+    def starts(self) -> list[int]:
+        out, at = [], self.first
+        for p in self.parts:
+            out.append(at)
+            at += p.partitions
+        return out
+
+    @property
+    def total(self) -> int:
+        return self.first + sum(p.partitions for p in self.parts)
+
+    @property
+    def first_key(self) -> int:
+        from dedup.frames import ROW_BITS
+
+        return self.first << ROW_BITS
+
+    def locate(self, q: int) -> tuple[IndexPart, int, int]:
+        """(index part, its partition, the part's first global partition) of global partition q."""
+        for part, start in zip(self.parts, self.starts):
+            if start <= q < start + part.partitions:
+                return part, q - start, start
+        raise IndexError(f"partition {q} is not an index partition")
+
+
+def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str, Any] | None = None) -> Any:
+    """The index band rows of this bucket range that share a (band, key) with this run's rows `new`,
+    with global document keys."""
+    import pandas as pd
+
+    from dedup.frames import LONG_META, ROW_BITS
+
+    if new.empty or partition_info is None:
+        return LONG_META.copy()
+    m = partition_info["number"]
+    want = new[["band", "key"]].drop_duplicates()
+    keys = np.unique(want["key"].to_numpy(np.uint64))
+    found = []
+    for part, start in zip(layout.parts, layout.starts):
+        table = read_bands(part, m, parts)
+        if table.num_rows == 0:
+            continue
+        hit = np.isin(table.column("key").to_numpy(), keys)
+        if not hit.any():
+            continue
+        rows = table.filter(pa.array(hit)).to_pandas().merge(want, on=["band", "key"])
+        rows["doc"] = rows["doc"].to_numpy(np.int64) + np.int64(start << ROW_BITS)
+        found.append(rows[list(LONG_META.columns)])
+    if not found:
+        return LONG_META.copy()
+    return pd.concat(found, ignore_index=True).astype(LONG_META.dtypes.to_dict())
+
+
+def features_meta(num_perm: int, id_dtype: Any) -> Any:
+    """An index partition's features (`dedup.frames.features_meta`) plus `_text`, the document's text
+    in the earlier output (read only for --confirm exact)."""
+    import pandas as pd
+
+    from dedup.frames import features_meta as base
+
+    return base(num_perm, id_dtype).assign(_text=pd.Series(dtype=object))
+
+
+def _signatures(column: pa.ChunkedArray, num_perm: int) -> NDArray[np.uint32]:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    width = 4 * num_perm
+    data = np.frombuffer(arr.buffers()[1], dtype=np.uint8)[arr.offset * width:(arr.offset + len(arr)) * width]
+    return data.view("<u4").reshape(len(arr), num_perm).astype(np.uint32)
+
+
+def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dtype: Any,
+                   partition_info: dict[str, Any] | None = None) -> Any:
+    """At an index partition: the features of the kept documents named by `rows` (matched band rows),
+    read from the index's docs file (and, for exact Jaccard, their texts from the earlier output)."""
+    import fsspec
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from dedup.frames import CLEAN, ROW_BITS, sig_columns
+
+    meta = features_meta(params.num_perm, id_dtype)
+    if partition_info is None or partition_info["number"] < layout.first or rows.empty:
+        return meta
+    part, p, start = layout.locate(partition_info["number"])
+    offset = np.int64(start << ROW_BITS)
+    first = rows.drop_duplicates("doc").sort_values("doc")
+    need = first["doc"].to_numpy(np.int64) - offset
+    fs, path = fsspec.core.url_to_fs(docs_file(part.url, p))
+    with fs.open(path, "rb") as fh:
+        table = pq.read_table(fh, columns=["doc", "id", "signature", "file", "row"])
+    docs = table.column("doc").to_numpy()
+    pos = np.minimum(np.searchsorted(docs, need), max(len(docs) - 1, 0))
+    ok = (docs[pos] == need) if len(docs) else np.zeros(len(need), dtype=bool)
+    taken = table.take(pa.array(pos[ok]))
+    n = taken.num_rows
+    out = pd.DataFrame({
+        "_id": pd.Series(taken.column("id").to_numpy(zero_copy_only=False), dtype=meta["_id"].dtype),
+        "doc": need[ok] + offset, "tkey": first["tkey"].to_numpy(np.uint64)[ok],
+        "tkey2": first["tkey2"].to_numpy(np.uint64)[ok], "source": np.full(n, CLEAN, np.int32),
+        "source_gram": np.full(n, -1, np.int64)})
+    sigs = pd.DataFrame(_signatures(taken.column("signature"), params.num_perm), columns=sig_columns(params.num_perm))
+    texts: list[Any] = [None] * n
+    if exact and n:
+        files = taken.column("file").to_pylist()
+        at = taken.column("row").to_numpy()
+        for name in sorted(set(files)):
+            which = [i for i, f in enumerate(files) if f == name]
+            sfs, spath = fsspec.core.url_to_fs(f"{part.output}/{name}")
+            with sfs.open(spath, "rb") as fh:
+                col = pq.read_table(fh, columns=[part.text_column]).column(0)
+            for i, t in zip(which, col.take(pa.array(at[which])).to_pylist()):
+                texts[i] = t
+    return pd.concat([out, sigs], axis=1).assign(_text=pd.Series(texts, dtype=object))
+
+
+def kept_rows(rows: Any, feat: Any) -> Any:
+    """The matched band rows whose document is in the index partition's features (one a run kept)."""
+    from dedup.frames import LONG_META
+
+    if rows.empty:
+        return LONG_META.copy()
+    return rows[rows["doc"].isin(feat["doc"])][list(LONG_META.columns)].reset_index(drop=True)
+
+
+def docs_table(ids: Any, keys: NDArray[np.int64], sigs: NDArray[np.uint32], files: list[str],
+               rows: NDArray[np.int64], id_type: pa.DataType) -> pa.Table:
+    """The index rows of one partition's kept documents: key, id, signature, and where it is in OUTPUT."""
+    width = 4 * sigs.shape[1] if sigs.ndim == 2 else 0
+    blob = np.ascontiguousarray(sigs.astype("<u4")).view(np.uint8).reshape(-1)
+    sig = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(keys), [None, pa.py_buffer(blob.tobytes())])
+    return pa.table({"doc": pa.array(keys, pa.int64()), "id": pa.array(ids, id_type), "signature": sig,
+                     "file": pa.array(files, pa.string()).dictionary_encode(), "row": pa.array(rows, pa.int64())})

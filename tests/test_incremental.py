@@ -1,0 +1,171 @@
+"""Incremental runs: OUTPUT/_index/, --against, --skip-existing, on a real cluster and real Parquet.
+
+The reference is computed in memory, independently of the index: LSH candidates and confirmation
+over (the documents the first run kept) + (the new documents), pairs between two kept documents
+ignored, and each component's root its smallest kept id if it has one, else its smallest id.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dedup import Params
+from dedup.index import INDEX_DIR, INDEX_META
+from dedup.lsh import band_keys, bucket_pairs
+from dedup.minhash import signatures
+from dedup.near import confirm_pairs
+from dedup.pipeline import run
+from dedup.safety import UsageError
+from dedup.unionfind import components
+from tests.conftest import write_shards
+
+
+def reference(kept: pd.DataFrame, new: pd.DataFrame, params: Params) -> dict[str, str]:
+    """minhash_cluster of every new document under the indexed-documents-win rule."""
+    ids = list(kept["id"]) + list(new["id"])
+    texts = list(kept["text"]) + list(new["text"])
+    sigs = signatures(texts, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size,
+                      shingle_unit=params.shingle_unit)
+    left, right = bucket_pairs(band_keys(sigs, num_bands=params.num_bands, rows_per_band=params.rows_per_band))
+    n_old = len(kept)
+    mixed = (left >= n_old) | (right >= n_old)
+    left, right = left[mixed], right[mixed]
+    ok = confirm_pairs(left, right, params, sigs=sigs, texts=texts)
+    members, labels = components(left[ok], right[ok])
+    comp: dict[int, list[int]] = {}
+    for m, lab in zip(members.tolist(), labels.tolist()):
+        comp.setdefault(lab, []).append(m)
+    root = {i: ids[i] for i in range(len(ids))}
+    for group in comp.values():
+        old = [ids[i] for i in group if i < n_old]
+        r = min(old) if old else min(ids[i] for i in group)
+        for i in group:
+            root[i] = r
+    return {ids[i]: root[i] for i in range(n_old, len(ids))}
+
+
+@pytest.fixture(scope="module")
+def split(corpus_frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """70% of the corpus as the first crawl, then two later crawls of 15% each."""
+    f = corpus_frame[["id", "text"]].sample(frac=1.0, random_state=5).reset_index(drop=True)
+    a, b = int(0.7 * len(f)), int(0.85 * len(f))
+    return f.iloc[:a], f.iloc[a:b], f.iloc[b:]
+
+
+def _clusters(out: Path) -> dict[str, str]:
+    f = pd.read_parquet(out)
+    return dict(zip(f["id"], f["minhash_cluster"]))
+
+
+@pytest.mark.parametrize("confirm", ["estimate", "exact"])
+def test_second_run_equals_reference_and_indexed_documents_survive(client, tmp_path: Path, split, confirm: str) -> None:
+    first, second, _ = split
+    params = Params(confirm=confirm)
+    m1 = run(str(write_shards(first, tmp_path / "crawl1", 3)), str(tmp_path / "out1"), params=params)
+    kept = pd.read_parquet(tmp_path / "out1")[["id", "text"]]
+    assert m1["index"]["documents"] == len(kept) == m1["output_rows"]
+    m2 = run(str(write_shards(second, tmp_path / "crawl2", 2)), str(tmp_path / "out2"), params=params, drop=False,
+             against=[str(tmp_path / "out1")])
+    got = _clusters(tmp_path / "out2")
+    want = reference(kept, second, params)
+    assert got == want
+    of_old = sum(1 for r in want.values() if r in set(kept["id"]))
+    assert of_old > 10  # the split leaves many new documents near a kept one
+    assert m2["near_duplicates_of_indexed"] == of_old
+    assert m2["near_duplicates_found"] == sum(1 for i, r in want.items() if i != r)
+    assert m2["against"] == [str((tmp_path / "out1").resolve())]
+    # the first output is untouched and not read again: its shards have the same bytes
+    assert sorted(p.name for p in (tmp_path / "out1").glob("*.parquet")) == ["shard-00.parquet", "shard-01.parquet",
+                                                                             "shard-02.parquet"]
+    # removed.parquet names the indexed root
+    removed = pd.read_parquet(tmp_path / "out2" / "_report" / "removed.parquet")
+    assert dict(zip(removed["id"], removed["root"])) == {i: r for i, r in want.items() if i != r}
+
+
+def test_index_round_trip_through_a_third_run(client, tmp_path: Path, split) -> None:
+    first, second, third = split
+    params = Params()
+    run(str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"), params=params)
+    m2 = run(str(write_shards(second, tmp_path / "c2", 2)), str(tmp_path / "out2"), params=params,
+             against=[str(tmp_path / "out1")])
+    meta2 = json.loads((tmp_path / "out2" / INDEX_DIR / INDEX_META).read_text())
+    assert [s["url"] for s in meta2["sources"]] == [str((tmp_path / "out1" / INDEX_DIR).resolve())]
+    assert meta2["documents"] == m2["output_rows"]
+    # out2's index references out1's: giving out2 alone compares with both
+    m3 = run(str(write_shards(third, tmp_path / "c3", 2)), str(tmp_path / "out3"), params=params, drop=False,
+             against=[str(tmp_path / "out2")])
+    kept = pd.concat([pd.read_parquet(tmp_path / "out1"), pd.read_parquet(tmp_path / "out2")])[["id", "text"]]
+    assert _clusters(tmp_path / "out3") == reference(kept.reset_index(drop=True), third, params)
+    assert m3["indexed_documents"] == len(kept)
+    # naming both (the chain and its start) is the same index, read once
+    m3b = run(str(tmp_path / "c3"), str(tmp_path / "out3b"), params=params, drop=False,
+              against=[str(tmp_path / "out1"), str(tmp_path / "out2")])
+    assert m3b["indexed_documents"] == len(kept)
+    assert _clusters(tmp_path / "out3b") == _clusters(tmp_path / "out3")
+
+
+def test_mismatched_parameters_ids_and_paths_are_refused_before_any_work(client, tmp_path: Path, split) -> None:
+    first, second, _ = split
+    run(str(write_shards(first, tmp_path / "c1", 1)), str(tmp_path / "out1"))
+    src = str(write_shards(second, tmp_path / "c2", 1))
+    with pytest.raises(UsageError, match=r"num_perm=128.*this run has num_perm=64"):
+        run(src, str(tmp_path / "o"), params=Params(num_perm=64, num_bands=8), against=[str(tmp_path / "out1")])
+    with pytest.raises(UsageError, match=r"shingle_unit='word'.*shingle_unit='char'"):
+        run(src, str(tmp_path / "o"), params=Params(shingle_unit="char"), against=[str(tmp_path / "out1")])
+    with pytest.raises(UsageError, match="not a dedup output"):
+        run(src, str(tmp_path / "o"), against=[str(tmp_path / "c1")])
+    with pytest.raises(UsageError, match="inside"):
+        run(src, str(tmp_path / "out1" / "more"), against=[str(tmp_path / "out1")])
+    run(src, str(tmp_path / "noindex"), write_index=False)
+    with pytest.raises(UsageError, match="has no _index"):
+        run(src, str(tmp_path / "o"), against=[str(tmp_path / "noindex")])
+    ints = pd.DataFrame({"id": np.arange(3, dtype=np.int64), "text": ["a b c"] * 3})
+    with pytest.raises(UsageError, match=r"ids are strings \(.*\), this input's are integers \(int64\)"):
+        run(str(write_shards(ints, tmp_path / "ints", 1)), str(tmp_path / "o"), against=[str(tmp_path / "out1")])
+    assert not (tmp_path / "o").exists()
+
+
+def test_existing_ids_are_refused_or_skipped(client, tmp_path: Path, split) -> None:
+    first, second, _ = split
+    run(str(write_shards(first, tmp_path / "c1", 1)), str(tmp_path / "out1"))
+    kept = pd.read_parquet(tmp_path / "out1")
+    again = pd.concat([second, kept.iloc[:4][["id", "text"]]], ignore_index=True)
+    src = str(write_shards(again, tmp_path / "c2", 2))
+    with pytest.raises(ValueError, match=r"4 document id\(s\) in column 'id' are already in an earlier output.*"
+                                         r"--skip-existing"):
+        run(src, str(tmp_path / "o"), against=[str(tmp_path / "out1")])
+    assert not (tmp_path / "o").exists()
+    m = run(src, str(tmp_path / "o"), against=[str(tmp_path / "out1")], skip_existing=True)
+    assert m["skipped_existing"] == 4
+    out = pd.read_parquet(tmp_path / "o")
+    assert not set(out["id"]) & set(kept["id"].iloc[:4])
+    assert m["input_rows"] == m["output_rows"] + m["near_duplicates_dropped"] + m["skipped_existing"]
+    removed = pd.read_parquet(tmp_path / "o" / "_report" / "removed.parquet")
+    assert set(removed[removed["reason"] == "already_indexed"]["id"]) == set(kept["id"].iloc[:4])
+
+
+def test_cli_against_and_index_size(tmp_path: Path, split) -> None:
+    first, second, _ = split
+    env_cmd = [sys.executable, "-m", "dedup", "near"]
+    r1 = subprocess.run([*env_cmd, str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"),
+                         "--n-workers", "1", "--no-report"], capture_output=True, text=True, timeout=300)
+    assert r1.returncode == 0, r1.stderr
+    assert "index " in r1.stdout and "bytes each" in r1.stdout
+    r2 = subprocess.run([*env_cmd, str(write_shards(second, tmp_path / "c2", 1)), str(tmp_path / "out2"),
+                         "--n-workers", "1", "--against", str(tmp_path / "out1"), "--no-report"],
+                        capture_output=True, text=True, timeout=300)
+    assert r2.returncode == 0, r2.stderr
+    assert "of earlier outputs" in r2.stdout
+    m = json.loads((tmp_path / "out2" / "_dedup.json").read_text())
+    assert m["near_duplicates_of_indexed"] > 0
+    bad = subprocess.run([*env_cmd, str(tmp_path / "c2"), str(tmp_path / "out3"), "--against", str(tmp_path / "out1"),
+                          "--num-perm", "64", "--num-bands", "8"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "num_perm=128" in bad.stderr and "num_perm=64" in bad.stderr
