@@ -94,3 +94,19 @@ def shingle_hashes(shingles: Iterable[str]) -> NDArray[np.uint64]:
     end = np.cumsum(lengths)
     buf = np.frombuffer(b"".join(encoded), dtype=np.uint8)
     return span_hashes(buf, end - lengths, end) % np.uint64(MERSENNE_P)
+
+
+def id_hashes(ids: NDArray) -> NDArray[np.uint64]:
+    """A stable 64-bit hash of each document id, to route ids (never to compare them): splitmix64 of
+    an integer id, FNV-1a 64 of a string id's UTF-8 bytes. The same on every machine and version."""
+    arr = np.asarray(ids)
+    if arr.dtype.kind in "iu":
+        z = arr.astype(np.int64).view(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+    parts = [str(i).encode("utf-8") for i in arr.tolist()]
+    lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+    ends = np.cumsum(lengths)
+    buf = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    return _kernels.fnv1a_spans(buf, ends - lengths, ends)

@@ -7,6 +7,8 @@ An on-disk LSH index, written by the workers while the job runs, read back by `-
                                 key k falls in bucket range M (k // step == M), sorted by key
     _index/docs/part-P.parquet  (doc, id, signature, file, row) of each document this run kept,
                                 input partition P: where it is in OUTPUT, and its signature
+    _index/ids/part-M.parquet   (h, id) of every document this run read, kept or not, whose id
+                                hash h (`dedup.hashing.id_hashes`) falls in range M, sorted by h
 
 `doc` is the run's own document key (partition << 32 | row). The band files are range
 partitioned exactly like the bucket shuffle, so a later run joins each of its bucket partitions
@@ -35,7 +37,7 @@ from dedup.safety import MANIFEST, UsageError
 
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
-BANDS, DOCS = "bands", "docs"
+BANDS, DOCS, IDS = "bands", "docs", "ids"
 FORMAT = 1
 INDEX_PARAMS = ("num_perm", "num_bands", "rows_per_band", "shingle_size", "shingle_unit", "seed")
 """The parameters a signature and its band keys depend on: an index is usable only when they match."""
@@ -67,6 +69,10 @@ def band_file(root: str, m: int) -> str:
     return f"{root}/{BANDS}/part-{m:06d}.parquet"
 
 
+def ids_file(root: str, m: int) -> str:
+    return f"{root}/{IDS}/part-{m:06d}.parquet"
+
+
 def docs_file(root: str, p: int) -> str:
     return f"{root}/{DOCS}/part-{p:06d}.parquet"
 
@@ -79,6 +85,7 @@ class IndexPart:
     uid: str
     partitions: int
     bucket_parts: int
+    id_parts: int
     documents: int
     output: str
     text_column: str
@@ -86,12 +93,15 @@ class IndexPart:
     def as_source(self) -> dict[str, Any]:
         return {"url": self.url, "uid": self.uid, "documents": self.documents}
 
-    def band_files_for(self, m: int, parts: int) -> list[tuple[str, int, int]]:
-        """(file, lo, hi): this index's band files that hold keys of range m of `parts`, with the key bounds."""
+    def files_for(self, kind: str, m: int, parts: int) -> list[tuple[str, int, int]]:
+        """(file, lo, hi): this index's band (or id) files that hold keys of range m of `parts`, with
+        the key bounds."""
         lo, hi = m * key_step(parts), min((m + 1) * key_step(parts), KEY_SPACE)
-        step = key_step(self.bucket_parts)
-        first, last = lo // step, min((hi - 1) // step, self.bucket_parts - 1)
-        return [(band_file(self.url, j), lo, hi) for j in range(first, last + 1)]
+        count = self.bucket_parts if kind == BANDS else self.id_parts
+        step = key_step(count)
+        first, last = lo // step, min((hi - 1) // step, count - 1)
+        name = band_file if kind == BANDS else ids_file
+        return [(name(self.url, j), lo, hi) for j in range(first, last + 1)]
 
 
 def _read_json(fs: Any, path: str) -> dict[str, Any] | None:
@@ -105,7 +115,8 @@ def _read_json(fs: Any, path: str) -> dict[str, Any] | None:
 
 def _part(url: str, meta: dict[str, Any]) -> IndexPart:
     return IndexPart(url=url, uid=str(meta["uid"]), partitions=int(meta["partitions"]),
-                     bucket_parts=int(meta["bucket_partitions"]), documents=int(meta["documents"]),
+                     bucket_parts=int(meta["bucket_partitions"]), id_parts=int(meta["id_partitions"]),
+                     documents=int(meta["documents"]),
                      output=posixpath.dirname(url.rstrip("/")), text_column=str(meta["text_column"]))
 
 
@@ -166,10 +177,11 @@ def new_uid() -> str:
 
 
 def index_meta(params: Params, *, uid: str, id_type: pa.DataType, partitions: int, bucket_parts: int,
-               documents: int, nbytes: int, text_column: str, sources: Sequence[IndexPart]) -> dict[str, Any]:
+               id_parts: int, documents: int, nbytes: int, text_column: str,
+               sources: Sequence[IndexPart]) -> dict[str, Any]:
     return {"format": FORMAT, "uid": uid, "fingerprint": index_fingerprint(params), "params": index_params(params),
             "id_type": str(id_type), "id_kind": id_kind(id_type), "text_column": text_column, "partitions": partitions,
-            "bucket_partitions": bucket_parts, "documents": documents, "bytes": nbytes,
+            "bucket_partitions": bucket_parts, "id_partitions": id_parts, "documents": documents, "bytes": nbytes,
             "sources": [s.as_source() for s in sources]}
 
 
@@ -179,36 +191,83 @@ BAND_SCHEMA = pa.schema([("band", pa.uint8()), ("key", pa.uint64()), ("doc", pa.
                          ("tkey2", pa.uint64())])
 
 
-def write_bands(rows: Any, root: str, m: int) -> int:
-    """Write one bucket range's rows (band, key, doc, tkey, tkey2), sorted by key; bytes written."""
+def _write_sorted(table: pa.Table, key: str, path_url: str) -> int:
     import fsspec
     import pyarrow.parquet as pq
 
-    order = np.argsort(rows["key"].to_numpy(np.uint64), kind="stable")
-    table = pa.table({c: rows[c].to_numpy()[order] for c in BAND_SCHEMA.names}, schema=BAND_SCHEMA)
-    fs, path = fsspec.core.url_to_fs(band_file(root, m))
+    order = np.argsort(table.column(key).to_numpy(), kind="stable")
+    fs, path = fsspec.core.url_to_fs(path_url)
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     with fs.open(path, "wb") as fh:
-        pq.write_table(table, fh, row_group_size=64 * 1024)
+        pq.write_table(table.take(pa.array(order)), fh, row_group_size=64 * 1024)
     return int(fs.size(path))
 
 
-def read_bands(part: IndexPart, m: int, parts: int) -> pa.Table:
-    """The index rows of `part` whose key is in bucket range m of `parts`."""
+def write_bands(rows: Any, root: str, m: int) -> int:
+    """Write one bucket range's rows (band, key, doc, tkey, tkey2), sorted by key; bytes written."""
+    table = pa.table({c: rows[c].to_numpy() for c in BAND_SCHEMA.names}, schema=BAND_SCHEMA)
+    return _write_sorted(table, "key", band_file(root, m))
+
+
+def write_ids(h: NDArray[np.uint64], ids: Any, id_type: pa.DataType, root: str, m: int) -> int:
+    """Write one id range's (h, id), sorted by h; bytes written."""
+    return _write_sorted(pa.table({"h": pa.array(h, pa.uint64()), "id": pa.array(ids, id_type)}), "h", ids_file(root, m))
+
+
+def read_range(part: IndexPart, kind: str, m: int, parts: int, column: str) -> pa.Table:
+    """The rows of `part`'s band (or id) files whose `column` is in range m of `parts`."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
     tables = []
-    for path, lo, hi in part.band_files_for(m, parts):
+    for path, lo, hi in part.files_for(kind, m, parts):
         try:
             dataset = ds.dataset(path, format="parquet")
         except (FileNotFoundError, OSError) as exc:
             raise RuntimeError(f"The index {part.url} is damaged: {path} cannot be read ({exc}).") from exc
-        flt = pc.field("key") >= pa.scalar(lo, pa.uint64())
+        flt = pc.field(column) >= pa.scalar(lo, pa.uint64())
         if hi < KEY_SPACE:
-            flt = flt & (pc.field("key") < pa.scalar(hi, pa.uint64()))
+            flt = flt & (pc.field(column) < pa.scalar(hi, pa.uint64()))
         tables.append(dataset.to_table(filter=flt))
-    return pa.concat_tables(tables) if tables else BAND_SCHEMA.empty_table()
+    if tables:
+        return pa.concat_tables(tables)
+    return BAND_SCHEMA.empty_table() if kind == BANDS else pa.table({"h": pa.array([], pa.uint64())})
+
+
+def read_bands(part: IndexPart, m: int, parts: int) -> pa.Table:
+    """The index rows of `part` whose band key is in bucket range m of `parts`."""
+    return read_range(part, BANDS, m, parts, "key")
+
+
+ID_CONFLICTS = ("repeated", "existing")
+
+
+def id_conflicts(rows: Any, parts: Sequence[IndexPart], k: int, write_root: str | None, id_type: pa.DataType,
+                 partition_info: dict[str, Any] | None = None) -> Any:
+    """In one id-hash range: this run's (doc, _id) whose id occurs twice (kind 0) or is in an earlier
+    index (kind 1); with `write_root`, this range's ids file is written there."""
+    import pandas as pd
+
+    assert partition_info is not None
+    m = partition_info["number"]
+    ids = rows["_id"]
+    if write_root is not None:
+        write_ids(rows["_h"].to_numpy(np.uint64), ids.tolist(), id_type, write_root, m)
+    repeated = rows[ids.duplicated(keep=False).to_numpy()]
+    found = [repeated[["doc", "_id"]].assign(kind=np.int8(0))]
+    if parts and len(rows):
+        hs = np.unique(rows["_h"].to_numpy(np.uint64))
+        for part in parts:
+            old = read_range(part, IDS, m, k, "h")
+            if old.num_rows == 0:
+                continue
+            old = old.filter(pa.array(np.isin(old.column("h").to_numpy(), hs)))
+            if old.num_rows:
+                seen = pd.Series(old.column("id").to_numpy(zero_copy_only=False), dtype=object)
+                hit = ids.astype(object).isin(seen).to_numpy()
+                found.append(rows[hit][["doc", "_id"]].assign(kind=np.int8(1)))
+    out = pd.concat(found, ignore_index=True)
+    return out.drop_duplicates(["doc", "kind"]).reset_index(drop=True)
 
 
 @dataclass(frozen=True)

@@ -98,12 +98,15 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             report.contaminated_records = got["records"]
             stage.summary = f"{report.contaminated} documents hit {got['records']} protected record(s)"
     with Stage(report, "unique ids") as stage:
-        stages.check_unique_ids(stages.repeated_ids(feat, npartitions), id_column, locate)
+        conflicts, c, sample = stages.id_conflicts(feat, npartitions, against=against, index_out=index_out)
+        report.id_partitions = c["id_partitions"]
+        stages.check_unique_ids(sample[sample["kind"] == 0], id_column, locate, c["repeated"])
         stage.summary = "every id occurs once"
         if against:
-            feat = _existing_ids(feat, against, id_column, locate, skip_existing, report, npartitions)
-            stage.summary += (f"; {report.skipped_existing} already in an earlier output, skipped"
-                              if report.skipped_existing else "; none is in an earlier output")
+            feat = _existing_ids(feat, conflicts, c["existing"], sample[sample["kind"] == 1], id_column, locate,
+                                 skip_existing, report)
+            stage.summary += (f"; {report.skipped_existing} already read by an earlier run, skipped"
+                              if report.skipped_existing else "; none was read by an earlier run")
     if not near:
         return Decisions(feat, None, None, None)
     layout = index.Layout(tuple(against), feat.npartitions) if against else None
@@ -157,11 +160,9 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     return Decisions(feat, roots, found, by_component)
 
 
-def _existing_ids(feat: dd.DataFrame, against: Sequence[index.IndexPart], id_column: str,
-                  locate: Callable[[int], tuple[str, int]] | None, skip: bool, report: Report,
-                  npartitions: int | None) -> dd.DataFrame:
-    """Refuse (or, with skip, mark SKIPPED) documents whose id an earlier output's index already holds."""
-    found, count, sample = stages.existing_ids(feat, against, npartitions)
+def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sample: pd.DataFrame, id_column: str,
+                  locate: Callable[[int], tuple[str, int]] | None, skip: bool, report: Report) -> dd.DataFrame:
+    """Refuse (or, with skip, mark SKIPPED) documents whose id an earlier run's index already holds."""
     report.skipped_existing = 0
     if not count:
         return feat
@@ -170,10 +171,11 @@ def _existing_ids(feat: dd.DataFrame, against: Sequence[index.IndexPart], id_col
         if locate is not None:
             where = " (" + ", ".join(f"{i!r} in {f} row {r}" for i, (f, r) in
                                      zip(sample["_id"], (locate(int(k)) for k in sample["doc"]))) + ")"
-        raise ValueError(f"{count} document id(s) in column {id_column!r} are already in an earlier output given "
+        raise ValueError(f"{count} document id(s) in column {id_column!r} were already read by an earlier run given "
                          f"with --against, e.g. {[str(i) for i in sample['_id'].head(5)]}{where}. Pass "
                          "--skip-existing to leave them out, or give them new ids. Nothing was written.")
     report.skipped_existing = count
+    found = conflicts[conflicts["kind"] == 1][["doc", "_id"]]
     routed = stages.route(found, "doc", feat.npartitions)
     return dd.map_partitions(frames.mark_skipped, feat, routed, meta=feat._meta, align_dataframes=False).persist()
 
@@ -511,6 +513,7 @@ def execute(plan: Plan) -> dict[str, Any]:
                             staging.write_json(f"{index.INDEX_DIR}/{index.INDEX_META}", index.index_meta(
                                 params, uid=index.new_uid(), id_type=cluster_type(plan.schema, plan.id_column),
                                 partitions=len(plan.groups), bucket_parts=report.bucket_partitions,
+                                id_parts=report.id_partitions,
                                 documents=report.index_documents, nbytes=report.index_bytes,
                                 text_column=plan.text_column, sources=plan.against))
                             stage.summary += (f"; index of {report.index_documents} kept documents, "

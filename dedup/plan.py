@@ -52,6 +52,7 @@ class Report:
     index_bytes: int = 0
     index_documents: int = 0
     bucket_partitions: int = 0
+    id_partitions: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
 

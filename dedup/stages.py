@@ -16,6 +16,7 @@ from typing import Any
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from dedup import ccstar, frames, index
 from dedup.config import Params
@@ -88,50 +89,43 @@ def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
     return dd.from_map(pd.read_parquet, paths, meta=feat._meta, enforce_metadata=False)
 
 
-def repeated_ids(feat: dd.DataFrame, npartitions: int | None = None) -> pd.DataFrame:
-    """(doc, _id) of every document whose id occurs more than once: a shuffle on the id values
-    themselves, compared exactly (no hash of the id decides anything)."""
+CONFLICT_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "kind": pd.Series(dtype=np.int8)})
+
+
+def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against: Sequence[index.IndexPart] = (),
+                 index_out: str | None = None) -> tuple[dd.DataFrame, dict[str, int], pd.DataFrame]:
+    """Documents whose id occurs twice in this run (kind 0) or is in an earlier index (kind 1).
+
+    The ids are routed to the range of their stable hash (`dedup.hashing.id_hashes`), where they
+    are compared exactly; each range also reads the same range of the earlier indexes' id files
+    and, with `index_out`, writes this run's. Returns the conflicts persisted on the workers, their
+    counts by kind, and a few of each for messages.
+    """
+    from dedup.hashing import id_hashes
+
     keys = feat[["doc", "_id"]]
-    k = npartitions or keys.npartitions
-    found = keys.shuffle(on="_id", npartitions=k).map_partitions(
-        lambda d: d[d["_id"].duplicated(keep=False)], meta=keys._meta)
-    (out,) = compute(found)
-    return out
-
-
-def _read_index_ids(item: tuple[str, int], id_meta: pd.Series) -> pd.DataFrame:
-    import fsspec
-    import pyarrow.parquet as pq
-
-    fs, path = fsspec.core.url_to_fs(index.docs_file(*item))
-    with fs.open(path, "rb") as fh:
-        ids = pq.read_table(fh, columns=["id"]).column(0).to_numpy(zero_copy_only=False)
-    return pd.DataFrame({"doc": np.full(len(ids), -1, dtype=np.int64), "_id": pd.Series(ids, dtype=id_meta.dtype)})
-
-
-def _existing(d: pd.DataFrame) -> pd.DataFrame:
-    new = d[d["doc"].to_numpy() >= 0]
-    old = d[d["doc"].to_numpy() < 0]
-    return new[new["_id"].isin(old["_id"])]
-
-
-def existing_ids(feat: dd.DataFrame, sources: Sequence[index.IndexPart], npartitions: int | None = None
-                 ) -> tuple[dd.DataFrame, int, pd.DataFrame]:
-    """(doc, _id) of this run's documents whose id is already in an earlier index, persisted on the
-    workers (a shuffle of both on the id values); their number and a few of them for messages."""
-    keys = feat[["doc", "_id"]]
-    items = [(s.url, p) for s in sources for p in range(s.partitions)]
-    old = dd.from_map(_read_index_ids, items, id_meta=keys._meta["_id"], meta=keys._meta, enforce_metadata=False)
-    k = npartitions or keys.npartitions
-    found = dd.concat([keys, old]).shuffle(on="_id", npartitions=k).map_partitions(_existing, meta=keys._meta).persist()
-    (c, sample) = compute(found.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"}),
-                          found.map_partitions(lambda d: d.head(6), meta=keys._meta))
-    return found, int(c["n"].sum()), sample.sort_values("doc").head(6)
+    k = max([npartitions or keys.npartitions] + [p.id_parts for p in against])
+    with_h = keys.map_partitions(lambda d: d.assign(_h=id_hashes(d["_id"].to_numpy())),
+                                 meta=keys._meta.assign(_h=pd.Series(dtype=np.uint64)))
+    ranged = _route_by(with_h, lambda d: index.key_range_of(d["_h"].to_numpy(np.uint64), k), k)
+    id_type = pa.int64() if pd.api.types.is_integer_dtype(keys._meta["_id"].dtype) else pa.string()
+    meta = CONFLICT_META.assign(_id=keys._meta["_id"])[["doc", "_id", "kind"]]
+    found = ranged.map_partitions(index.id_conflicts, list(against), k, index_out, id_type, meta=meta).persist()
+    (c, sample) = compute(
+        found.map_partitions(lambda d: pd.DataFrame({"repeated": [int(d["_id"][d["kind"] == 0].nunique())],
+                                                     "existing": [int((d["kind"] == 1).sum())]}),
+                             meta={"repeated": "int64", "existing": "int64"}),
+        found.map_partitions(lambda d: d.groupby("kind").head(6), meta=meta))
+    # repeated: distinct ids occurring more than once (an id's rows are all in one range);
+    # existing: documents whose id an earlier index holds
+    counts = {"repeated": int(c["repeated"].sum()), "existing": int(c["existing"].sum()), "id_partitions": k}
+    return found, counts, sample.sort_values("doc")
 
 
 def check_unique_ids(repeated: pd.DataFrame, id_column: str,
-                     locate: Callable[[int], tuple[str, int]] | None = None) -> None:
-    """Raise naming the repeated ids and where they occur (file and row, when `locate` maps keys)."""
+                     locate: Callable[[int], tuple[str, int]] | None = None, count: int | None = None) -> None:
+    """Raise naming the repeated ids and where they occur (file and row, when `locate` maps keys);
+    `repeated` may be a sample of them, `count` their number of distinct ids."""
     if repeated.empty:
         return
     repeated = repeated.sort_values("doc")
@@ -140,7 +134,8 @@ def check_unique_ids(repeated: pd.DataFrame, id_column: str,
     if locate is not None:
         spots = [locate(int(k)) for k in repeated["doc"].head(6)]
         where = " (" + ", ".join(f"{i!r} in {f} row {r}" for (f, r), i in zip(spots, repeated["_id"].head(6))) + ")"
-    raise ValueError(f"{len(names)} document id(s) in column {id_column!r} occur more than once, e.g. "
+    number = count if count is not None else len(names)
+    raise ValueError(f"{number} document id(s) in column {id_column!r} occur more than once, e.g. "
                      f"{names[:5]}{where}; ids must be unique. Nothing was written.")
 
 
@@ -209,6 +204,8 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     """
     long = feat.map_partitions(frames.long_form, params, meta=frames.LONG_META)
     k = npartitions or max(1, long.npartitions)
+    if layout is not None and layout.parts:  # at least as many ranges as the indexes have: each reads a slice
+        k = max([k] + [p.bucket_parts for p in layout.parts])
     ranged = route_ranges(long, k)
     combined, idx_feat, first_indexed = ranged, None, frames.NO_INDEX
     if layout is not None and layout.parts:

@@ -136,19 +136,22 @@ def test_existing_ids_are_refused_or_skipped(client, tmp_path: Path, split) -> N
     first, second, _ = split
     run(str(write_shards(first, tmp_path / "c1", 1)), str(tmp_path / "out1"))
     kept = pd.read_parquet(tmp_path / "out1")
-    again = pd.concat([second, kept.iloc[:4][["id", "text"]]], ignore_index=True)
+    dropped = first[~first["id"].isin(kept["id"])]
+    assert len(dropped) >= 2
+    seen = pd.concat([kept.iloc[:2][["id", "text"]], dropped.iloc[:2]], ignore_index=True)  # read before, kept or not
+    again = pd.concat([second, seen], ignore_index=True)
     src = str(write_shards(again, tmp_path / "c2", 2))
-    with pytest.raises(ValueError, match=r"4 document id\(s\) in column 'id' are already in an earlier output.*"
+    with pytest.raises(ValueError, match=r"4 document id\(s\) in column 'id' were already read by an earlier run.*"
                                          r"--skip-existing"):
         run(src, str(tmp_path / "o"), against=[str(tmp_path / "out1")])
     assert not (tmp_path / "o").exists()
     m = run(src, str(tmp_path / "o"), against=[str(tmp_path / "out1")], skip_existing=True)
     assert m["skipped_existing"] == 4
     out = pd.read_parquet(tmp_path / "o")
-    assert not set(out["id"]) & set(kept["id"].iloc[:4])
+    assert not set(out["id"]) & set(seen["id"])
     assert m["input_rows"] == m["output_rows"] + m["near_duplicates_dropped"] + m["skipped_existing"]
     removed = pd.read_parquet(tmp_path / "o" / "_report" / "removed.parquet")
-    assert set(removed[removed["reason"] == "already_indexed"]["id"]) == set(kept["id"].iloc[:4])
+    assert set(removed[removed["reason"] == "already_indexed"]["id"]) == set(seen["id"])
 
 
 def test_cli_against_and_index_size(tmp_path: Path, split) -> None:

@@ -1,0 +1,89 @@
+"""What a new crawl costs against an index: `--against` over 10% new documents vs a full run.
+
+    python benchmarks/incremental.py                      # 200,000 and 1,000,000 documents
+    python benchmarks/incremental.py --docs 50000 --new-share 0.1
+
+The §7 corpus is shuffled and cut into an old part (90%) and a new part (10%). Three runs of
+`dedup run --keep-duplicates` on a local cluster: the old part (which writes the index), the new
+part `--against` it, and everything at once. Seconds are the manifest's (`seconds.total`, from the
+start of the job to the commit, cluster start included) and the process's wall time. Then, for
+the new documents: how many each way ends up in a cluster of two or more, and how many both agree
+on (the incremental run cannot see old documents the first run removed, and keeps every indexed one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus import corpus_frame, write_corpus  # noqa: E402
+
+
+def dedup_run(src: Path, out: Path, workers: int, *extra: str) -> tuple[dict, float]:
+    shutil.rmtree(out, ignore_errors=True)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "dedup", "run", str(src), str(out), "--n-workers", str(workers),
+                    "--keep-duplicates", *extra], check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    return json.loads((out / "_dedup.json").read_text()), wall
+
+
+def clustered(out: Path, ids: set[str]) -> set[str]:
+    """The documents of `ids` that are in a cluster of two or more (a root with members counts)."""
+    f = pd.read_parquet(out, columns=["id", "minhash_cluster"])
+    members = f[f["id"] != f["minhash_cluster"]]
+    roots = set(members["minhash_cluster"])
+    return ({i for i in members["id"] if i in ids} | {r for r in roots if r in ids})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, nargs="+", default=[200_000, 1_000_000])
+    ap.add_argument("--new-share", type=float, default=0.1)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="dedup-incremental-"))
+    print("| documents | new | full run s (wall) | old part s | new --against old s (wall) | share of the full run "
+          "(job / wall) | index bytes per document | new docs clustered: full / incremental / both |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    try:
+        for docs in args.docs:
+            frame = corpus_frame(docs).sample(frac=1.0, random_state=0).reset_index(drop=True)
+            cut = int(round(len(frame) * (1 - args.new_share)))
+            old, new = frame.iloc[:cut], frame.iloc[cut:]
+            write_corpus(old, work / "old", shards=16)
+            write_corpus(new, work / "new", shards=2)
+            every = work / "all"
+            write_corpus(old, every / "old", shards=16)
+            write_corpus(new, every / "new", shards=2)
+            m_old, _ = dedup_run(work / "old", work / "out-old", args.workers)
+            m_inc, wall_inc = dedup_run(work / "new", work / "out-new", args.workers, "--against", str(work / "out-old"))
+            m_all, wall_all = dedup_run(every, work / "out-all", args.workers)
+            new_ids = set(new["id"])
+            full = clustered(work / "out-all", new_ids)
+            inc = clustered(work / "out-new", new_ids)
+            t_inc, t_all = m_inc["seconds"]["total"], m_all["seconds"]["total"]
+            ix = m_old["index"]
+            print(f"| {len(frame):,} | {len(new):,} | {t_all:.1f} ({wall_all:.1f}) | {m_old['seconds']['total']:.1f} | "
+                  f"{t_inc:.1f} ({wall_inc:.1f}) | {100 * t_inc / t_all:.0f}% / {100 * wall_inc / wall_all:.0f}% | "
+                  f"{ix['bytes_per_document']:.0f} | {len(full):,} / {len(inc):,} / {len(full & inc):,} |", flush=True)
+            print(f"  stages, new --against old: {json.dumps(m_inc['seconds'])}", file=sys.stderr)
+            print(f"  stages, full run:          {json.dumps(m_all['seconds'])}", file=sys.stderr)
+            for p in ("old", "new", "all", "out-old", "out-new", "out-all"):
+                shutil.rmtree(work / p, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
