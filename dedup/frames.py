@@ -148,14 +148,23 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
 
 
 def _local_reps(feat: pd.DataFrame) -> tuple[pd.DataFrame, NDArray[np.int64]]:
-    """Active documents and, per document, the smallest key among those with the same words."""
+    """Active documents and, per document, the key of its representative: the document with the
+    smallest id among those with the same words in this partition. If any of them survives, its
+    representative does, so the band rows (and an index) always hold the survivor."""
     active = feat[feat["tkey"] != 0]
-    rep = active.groupby(["tkey", "tkey2"], sort=False)["doc"].transform("min").to_numpy(dtype=np.int64)
+    rep = active["doc"].to_numpy(dtype=np.int64).copy()
+    shared = active.duplicated(["tkey", "tkey2"], keep=False).to_numpy()
+    if shared.any():
+        grp = active[shared]
+        ids = grp["_id"] if pd.api.types.is_integer_dtype(grp["_id"].dtype) else grp["_id"].astype(object)
+        order = grp.assign(_k=ids.to_numpy()).sort_values(["tkey", "tkey2", "_k"], kind="stable")
+        first = order.groupby(["tkey", "tkey2"], sort=False)["doc"].transform("first")
+        rep[shared] = first.reindex(grp.index).to_numpy(dtype=np.int64)
     return active, rep
 
 
 def same_text_edges(feat: pd.DataFrame) -> pd.DataFrame:
-    """Edges (doc -> smallest doc with the same words) inside one partition."""
+    """Edges (representative -> doc) between documents with the same words inside one partition."""
     active, rep = _local_reps(feat)
     doc = active["doc"].to_numpy(dtype=np.int64)
     keep = doc != rep

@@ -3,10 +3,11 @@
 An on-disk LSH index, written by the workers while the job runs, read back by `--against`:
 
     _index/index.json           parameters' fingerprint, id type, layout, counts, earlier indexes
-    _index/bands/part-M.parquet (band, key, doc, tkey, tkey2) of this run's documents whose band
-                                key k falls in bucket range M (k // step == M), sorted by key
-    _index/docs/part-P.parquet  (doc, id, signature, file, row) of each document this run kept,
-                                input partition P: where it is in OUTPUT, and its signature
+    _index/bands/part-M.parquet (band, key, doc) of this run's documents whose band key k falls in
+                                bucket range M (k // step == M), sorted by key
+    _index/docs/part-P.parquet  (doc, id, tkey, tkey2, signature, file, row) of each document this
+                                run kept, input partition P, sorted by doc: its text hashes, its
+                                signature, and where it is in OUTPUT
     _index/ids/part-M.parquet   (h, id) of every document this run read, kept or not, whose id
                                 hash h (`dedup.hashing.id_hashes`) falls in range M, sorted by h
 
@@ -187,11 +188,12 @@ def index_meta(params: Params, *, uid: str, id_type: pa.DataType, partitions: in
 
 # -- per-partition work (workers) -------------------------------------------------------------------
 
-BAND_SCHEMA = pa.schema([("band", pa.uint8()), ("key", pa.uint64()), ("doc", pa.int64()), ("tkey", pa.uint64()),
-                         ("tkey2", pa.uint64())])
+BAND_SCHEMA = pa.schema([("band", pa.uint8()), ("key", pa.uint64()), ("doc", pa.int64())])
+DOCS_ROW_GROUP = 2048
+"""Rows per row group of a docs file: a later run reads only the groups holding documents it needs."""
 
 
-def _write_sorted(table: pa.Table, key: str, path_url: str) -> int:
+def _write_sorted(table: pa.Table, key: str, path_url: str, row_group: int = 64 * 1024) -> int:
     import fsspec
     import pyarrow.parquet as pq
 
@@ -199,12 +201,17 @@ def _write_sorted(table: pa.Table, key: str, path_url: str) -> int:
     fs, path = fsspec.core.url_to_fs(path_url)
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     with fs.open(path, "wb") as fh:
-        pq.write_table(table.take(pa.array(order)), fh, row_group_size=64 * 1024)
+        pq.write_table(table.take(pa.array(order)), fh, row_group_size=row_group)
     return int(fs.size(path))
 
 
+def write_docs(table: pa.Table, root: str, p: int) -> int:
+    """Write one input partition's kept documents (`docs_table`); bytes written."""
+    return _write_sorted(table, "doc", docs_file(root, p), DOCS_ROW_GROUP)
+
+
 def write_bands(rows: Any, root: str, m: int) -> int:
-    """Write one bucket range's rows (band, key, doc, tkey, tkey2), sorted by key; bytes written."""
+    """Write one bucket range's rows (band, key, doc), sorted by key; bytes written."""
     table = pa.table({c: rows[c].to_numpy() for c in BAND_SCHEMA.names}, schema=BAND_SCHEMA)
     return _write_sorted(table, "key", band_file(root, m))
 
@@ -326,6 +333,7 @@ def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str,
             continue
         rows = table.filter(pa.array(hit)).to_pandas().merge(want, on=["band", "key"])
         rows["doc"] = rows["doc"].to_numpy(np.int64) + np.int64(start << ROW_BITS)
+        rows["tkey"] = rows["tkey2"] = np.uint64(0)  # from the docs file, at the document's partition
         found.append(rows[list(LONG_META.columns)])
     if not found:
         return LONG_META.copy()
@@ -368,7 +376,10 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     need = first["doc"].to_numpy(np.int64) - offset
     fs, path = fsspec.core.url_to_fs(docs_file(part.url, p))
     with fs.open(path, "rb") as fh:
-        table = pq.read_table(fh, columns=["doc", "id", "signature", "file", "row"])
+        pf = pq.ParquetFile(fh)
+        columns = ["doc", "id", "tkey", "tkey2", "signature", "file", "row"]
+        groups = _groups_holding(pf, need)
+        table = pf.read_row_groups(groups, columns=columns) if groups else pf.schema_arrow.empty_table().select(columns)
     docs = table.column("doc").to_numpy()
     pos = np.minimum(np.searchsorted(docs, need), max(len(docs) - 1, 0))
     ok = (docs[pos] == need) if len(docs) else np.zeros(len(need), dtype=bool)
@@ -376,8 +387,8 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     n = taken.num_rows
     out = pd.DataFrame({
         "_id": pd.Series(taken.column("id").to_numpy(zero_copy_only=False), dtype=meta["_id"].dtype),
-        "doc": need[ok] + offset, "tkey": first["tkey"].to_numpy(np.uint64)[ok],
-        "tkey2": first["tkey2"].to_numpy(np.uint64)[ok], "source": np.full(n, CLEAN, np.int32),
+        "doc": need[ok] + offset, "tkey": taken.column("tkey").to_numpy(),
+        "tkey2": taken.column("tkey2").to_numpy(), "source": np.full(n, CLEAN, np.int32),
         "source_gram": np.full(n, -1, np.int64)})
     sigs = pd.DataFrame(_signatures(taken.column("signature"), params.num_perm), columns=sig_columns(params.num_perm))
     texts: list[Any] = [None] * n
@@ -394,20 +405,41 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     return pd.concat([out, sigs], axis=1).assign(_text=pd.Series(texts, dtype=object))
 
 
+def _groups_holding(pf: Any, need: NDArray[np.int64]) -> list[int]:
+    """Row groups of a docs file (sorted by doc) whose doc range holds one of the sorted keys `need`."""
+    md = pf.metadata
+    col = md.schema.to_arrow_schema().get_field_index("doc")
+    out = []
+    for g in range(md.num_row_groups):
+        st = md.row_group(g).column(col).statistics
+        if st is None or not st.has_min_max:
+            out.append(g)
+            continue
+        i = np.searchsorted(need, st.min)
+        if i < len(need) and need[i] <= st.max:
+            out.append(g)
+    return out
+
+
 def kept_rows(rows: Any, feat: Any) -> Any:
-    """The matched band rows whose document is in the index partition's features (one a run kept)."""
+    """The matched band rows whose document is in the index partition's features (one a run kept),
+    with its text hashes."""
     from dedup.frames import LONG_META
 
     if rows.empty:
         return LONG_META.copy()
-    return rows[rows["doc"].isin(feat["doc"])][list(LONG_META.columns)].reset_index(drop=True)
+    at = feat[["doc", "tkey", "tkey2"]]
+    out = rows[["band", "key", "doc"]].merge(at, on="doc", how="inner")
+    return out[list(LONG_META.columns)].reset_index(drop=True)
 
 
-def docs_table(ids: Any, keys: NDArray[np.int64], sigs: NDArray[np.uint32], files: list[str],
-               rows: NDArray[np.int64], id_type: pa.DataType) -> pa.Table:
-    """The index rows of one partition's kept documents: key, id, signature, and where it is in OUTPUT."""
+def docs_table(ids: Any, keys: NDArray[np.int64], tkeys: tuple[NDArray[np.uint64], NDArray[np.uint64]],
+               sigs: NDArray[np.uint32], files: list[str], rows: NDArray[np.int64], id_type: pa.DataType) -> pa.Table:
+    """The index rows of one partition's kept documents: key, id, text hashes, signature, and where
+    it is in OUTPUT."""
     width = 4 * sigs.shape[1] if sigs.ndim == 2 else 0
     blob = np.ascontiguousarray(sigs.astype("<u4")).view(np.uint8).reshape(-1)
     sig = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(keys), [None, pa.py_buffer(blob.tobytes())])
-    return pa.table({"doc": pa.array(keys, pa.int64()), "id": pa.array(ids, id_type), "signature": sig,
+    return pa.table({"doc": pa.array(keys, pa.int64()), "id": pa.array(ids, id_type),
+                     "tkey": pa.array(tkeys[0], pa.uint64()), "tkey2": pa.array(tkeys[1], pa.uint64()), "signature": sig,
                      "file": pa.array(files, pa.string()).dictionary_encode(), "row": pa.array(rows, pa.int64())})

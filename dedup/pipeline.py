@@ -308,11 +308,11 @@ def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[l
         own = feat["_id"].to_numpy(dtype=cluster.dtype)
         take = np.flatnonzero(keep & (cluster == own))
         sigs = feat[frames.sig_columns(num_perm)].to_numpy(np.uint32)[take]
-        table = index.docs_table(own[take].tolist(), feat["doc"].to_numpy(np.int64)[take], sigs,
+        tkeys = (feat["tkey"].to_numpy(np.uint64)[take], feat["tkey2"].to_numpy(np.uint64)[take])
+        table = index.docs_table(own[take].tolist(), feat["doc"].to_numpy(np.int64)[take], tkeys, sigs,
                                  out_file[take].tolist(), out_row[take], cluster_type(schema, id_column))
-        path = index.docs_file(f"{root}/{index.INDEX_DIR}", partition_info["number"])
-        shards_mod.write_shard(table, fs, path)
-        indexed, nbytes = table.num_rows, int(fs.size(path))
+        nbytes = index.write_docs(table, f"{staging_url}/{index.INDEX_DIR}", partition_info["number"])
+        indexed = table.num_rows
     return pd.DataFrame({"rows": [written], "indexed": [indexed], "bytes": [nbytes]})
 
 
@@ -500,7 +500,8 @@ def execute(plan: Plan) -> dict[str, Any]:
                 layout = shared((groups, plan.schema))
                 if not plan.dry_run:
                     with Stage(report, "write") as stage:
-                        columns = ["doc", "source", "_id"] + (frames.sig_columns(params.num_perm) if write_index else [])
+                        columns = ["doc", "source", "_id"] + (["tkey", "tkey2", *frames.sig_columns(params.num_perm)]
+                                                              if write_index else [])
                         writes = dd.map_partitions(
                             _write_group, decided.feat[columns], decided.roots, layout, plan.id_column,
                             plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,

@@ -172,3 +172,23 @@ def test_cli_against_and_index_size(tmp_path: Path, split) -> None:
                           "--num-perm", "64", "--num-bands", "8"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "num_perm=128" in bad.stderr and "num_perm=64" in bad.stderr
+
+
+def test_docs_read_by_row_group_give_the_same_answer(tmp_path: Path, split, monkeypatch) -> None:
+    """Small row groups (in-process scheduler, so the setting reaches the writer): only the groups
+    holding needed documents are read, and the answer is the reference's."""
+    import dask
+    import pyarrow.parquet as pq
+
+    from dedup import index
+
+    monkeypatch.setattr(index, "DOCS_ROW_GROUP", 8)
+    first, second, _ = split
+    with dask.config.set({"scheduler": "sync", "dataframe.shuffle.method": "tasks"}):
+        run(str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"))
+        docs = pq.ParquetFile(tmp_path / "out1" / INDEX_DIR / "docs" / "part-000000.parquet")
+        assert docs.metadata.num_row_groups > 10
+        kept = pd.read_parquet(tmp_path / "out1")[["id", "text"]]
+        run(str(write_shards(second, tmp_path / "c2", 1)), str(tmp_path / "out2"), drop=False,
+            against=[str(tmp_path / "out1")])
+    assert _clusters(tmp_path / "out2") == reference(kept, second, Params())
