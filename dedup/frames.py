@@ -291,11 +291,38 @@ def unique_pairs(edges: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"left": pairs[:, 0], "right": pairs[:, 1]})
 
 
+def sig_payload(sigs: NDArray[np.uint32]) -> pd.Series:
+    """Signatures [n, num_perm] as one Arrow binary column (large_binary: p2p shuffles rebuild
+    column types from their names, which fixed-size binary has none of): a shuffle moves one
+    column of n values instead of num_perm columns (see benchmarks/profile.py)."""
+    import pyarrow as pa
+
+    n, width = sigs.shape[0], 4 * (sigs.shape[1] if sigs.ndim == 2 else 0)
+    blob = pa.py_buffer(np.ascontiguousarray(sigs, dtype="<u4").tobytes())
+    offsets = pa.py_buffer(np.arange(n + 1, dtype=np.int64) * width)
+    arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, offsets, blob])
+    return pd.Series(pd.arrays.ArrowExtensionArray(arr))
+
+
+def payload_sigs(column: pd.Series, num_perm: int) -> NDArray[np.uint32]:
+    """The signatures of a `sig_payload` column, uint32 [n, num_perm]."""
+    import pyarrow as pa
+
+    arr = pa.array(column.array, type=pa.large_binary())
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    if len(arr) == 0:
+        return np.zeros((0, num_perm), dtype=np.uint32)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    if data.size != len(arr) * 4 * num_perm:
+        raise ValueError(f"signature payload of {data.size} bytes for {len(arr)} signatures of {num_perm}")
+    return data.view("<u4").reshape(len(arr), num_perm).astype(np.uint32)
+
+
 def left_payload_meta(params: Params, id_meta: pd.Series) -> pd.DataFrame:
     cols: dict[str, Any] = {"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
                             "left_id": id_meta.iloc[:0]}
-    for c in sig_columns(params.num_perm):
-        cols[c] = pd.Series(dtype=np.uint32)
+    cols["_sig"] = sig_payload(np.zeros((0, params.num_perm), dtype=np.uint32))
     if params.confirm == "exact":
         cols["_shingles"] = pd.Series(dtype=object)
     return pd.DataFrame(cols)
@@ -358,7 +385,7 @@ def pairs_with_left(edges: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame 
     pairs = with_left_ids(edges, feat)
     rows = rows_of(feat, pairs["left"].to_numpy(np.int64))
     sigs = feat[sig_columns(params.num_perm)].to_numpy()[rows]
-    out = pd.concat([pairs, pd.DataFrame(sigs, columns=sig_columns(params.num_perm))], axis=1)
+    out = pairs.assign(_sig=sig_payload(sigs).values)
     if params.confirm == "estimate":
         return out
     assert part is not None
@@ -379,7 +406,7 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
         return scored_meta(feat["_id"])
     right_rows = rows_of(feat, rows["right"].to_numpy(np.int64))
     cols = sig_columns(params.num_perm)
-    sigs = np.concatenate([rows[cols].to_numpy(np.uint32), feat[cols].to_numpy(np.uint32)[right_rows]])
+    sigs = np.concatenate([payload_sigs(rows["_sig"], params.num_perm), feat[cols].to_numpy(np.uint32)[right_rows]])
     estimate = pair_estimates(sigs, np.arange(n), np.arange(n, 2 * n))
     jaccard = np.full(n, np.nan)
     if params.confirm == "exact":

@@ -1,0 +1,134 @@
+"""Where the whole job's time goes: the kernels alone on one core, then `dedup run` per stage.
+
+    python benchmarks/profile.py                     # the 204,000-document §7 corpus, 2 workers
+    python benchmarks/profile.py --docs 50000 --repeats 1
+
+1. One process, one core, the whole corpus in partitions of 25,000 (CPU seconds): reading the
+   texts from Parquet, tokenising, hashing the shingles, the MinHash minimum, and the rest of
+   the features stage (text hashes, contamination columns, building the frame), then the band
+   keys and the long form the bucket shuffle ships.
+2. `dedup run INPUT OUTPUT --n-workers 2` in a subprocess, `repeats` times: seconds per stage
+   from the manifest (median), the job's time (the sum of its stages), the rest of the wall
+   time (interpreter, imports, cluster start, planning), and documents per CPU-second of job time
+   (documents / (workers x job seconds)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus import corpus_frame, write_corpus  # noqa: E402
+
+PARTITION = 25_000
+
+
+def kernels(src: Path) -> dict[str, float]:
+    """CPU seconds of each step of the features stage over every partition, in this process."""
+    import pyarrow.parquet as pq
+
+    from dedup import _kernels, frames
+    from dedup.config import Params
+    from dedup.hashing import MERSENNE_P, perm_params
+    from dedup.text import encode_batch
+
+    params = Params()
+    a, b = perm_params(params.num_perm, params.seed)
+    a32, b32 = a.astype("uint32"), b.astype("uint32")
+    import numpy as np
+    import pandas as pd
+
+    frames.features(pd.DataFrame({"id": ["x"], "text": ["warm up the kernels"]}), "id", "text", params, None)
+    t: dict[str, float] = dict.fromkeys(("read texts", "tokenise", "shingle hashes", "minhash minimum",
+                                         "features stage, total", "band keys + long form"), 0.0)
+    files = sorted(src.glob("*.parquet"))
+    for f in files:
+        c = time.process_time()
+        table = pq.read_table(f, columns=["id", "text"])
+        part = table.to_pandas()
+        t["read texts"] += time.process_time() - c
+        for lo in range(0, len(part), PARTITION):
+            p = part.iloc[lo:lo + PARTITION].reset_index(drop=True)
+            texts = p["text"].tolist()
+            c = time.process_time()
+            batch = encode_batch(texts)
+            t["tokenise"] += time.process_time() - c
+            c = time.process_time()
+            if hasattr(batch, "shingle_hashes"):
+                h, offsets = batch.shingle_hashes(params.shingle_size, params.shingle_unit)
+            else:  # builds before --shingle-unit
+                h, offsets = batch.window_hashes(params.shingle_size, short=True)
+            t["shingle hashes"] += time.process_time() - c
+            c = time.process_time()
+            x = (h % np.uint64(MERSENNE_P)).astype(np.uint32)
+            out = np.empty((len(offsets) - 1, params.num_perm), dtype=np.uint32)
+            _kernels.minhash_rows(x, offsets, a32, b32, out)
+            t["minhash minimum"] += time.process_time() - c
+            c = time.process_time()
+            feat = frames.features(p, "id", "text", params, None)
+            t["features stage, total"] += time.process_time() - c
+            c = time.process_time()
+            frames.long_form(feat, params)
+            t["band keys + long form"] += time.process_time() - c
+    return t
+
+
+def job(src: Path, workers: int, extra: list[str]) -> tuple[dict[str, float], float]:
+    out = Path(tempfile.mkdtemp(prefix="dedup-profile-")) / "out"
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "dedup", "run", str(src), str(out), "--n-workers", str(workers), *extra],
+                   check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    seconds = json.loads((out / "_dedup.json").read_text())["seconds"]
+    shutil.rmtree(out.parent, ignore_errors=True)
+    return seconds, wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=204_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--label", default="", help="a name for this build in the tables (e.g. a commit)")
+    ap.add_argument("--job-args", default="", help="extra arguments for dedup run, space separated")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="dedup-profile-in-"))
+    try:
+        frame = corpus_frame(args.docs)
+        src = write_corpus(frame, work / "in", shards=16)
+        n = len(frame)
+        k = kernels(src)
+        print(f"\n### {args.label} one core, {n:,} documents (CPU seconds)\n")
+        print("| step | CPU s | docs per CPU-second |")
+        print("|---|---:|---:|")
+        for name, secs in k.items():
+            print(f"| {name} | {secs:.2f} | {n / secs:,.0f} |")
+        runs = [job(src, args.workers, args.job_args.split()) for _ in range(args.repeats)]
+        stages = [s for s in runs[0][0] if s != "total"]
+        med = {s: statistics.median(r[0].get(s, 0.0) for r in runs) for s in stages}
+        job_s = statistics.median(sum(v for s, v in r[0].items() if s != "total") for r in runs)
+        wall = statistics.median(r[1] for r in runs)
+        print(f"\n### {args.label} dedup run, {n:,} documents, {args.workers} workers, median of {args.repeats}\n")
+        print("| stage | seconds | share of the job |")
+        print("|---|---:|---:|")
+        for s in stages:
+            print(f"| {s} | {med[s]:.2f} | {100 * med[s] / job_s:.0f}% |")
+        print(f"| **job (sum of stages)** | **{job_s:.2f}** | 100% |")
+        print(f"| interpreter, imports, cluster start, planning | {wall - job_s:.2f} | |")
+        print(f"| wall | {wall:.2f} | |")
+        print(f"\ndocuments per CPU-second of job time: {n / (args.workers * job_s):,.0f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
