@@ -82,6 +82,41 @@ def kernels(src: Path) -> dict[str, float]:
     return t
 
 
+def task_stream(src: Path, workers: int, extra: list[str]) -> None:
+    """The job once more in this process on a LocalCluster, with dask's task stream: seconds of
+    computing and of moving data, summed per kind of task over both workers, and the idle rest."""
+    from collections import defaultdict
+
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from dedup.pipeline import run
+
+    out = Path(tempfile.mkdtemp(prefix="dedup-profile-")) / "out"
+    with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0", silence_logs=40) as cluster, \
+            Client(cluster) as client:
+        client.run(lambda: None)
+        start = time.perf_counter()
+        with get_task_stream(client) as ts:
+            run(str(src), str(out), write_report="--no-report" not in extra, write_index="--no-index" not in extra)
+        wall = time.perf_counter() - start
+    shutil.rmtree(out.parent, ignore_errors=True)
+    busy: dict[tuple[str, str], float] = defaultdict(float)
+    for t in ts.data:
+        name = t["key"][0] if isinstance(t["key"], tuple) else str(t["key"])
+        prefix = name.rsplit("-", 1)[0] if "-" in name else name
+        for ss in t["startstops"]:
+            busy[(prefix, ss["action"])] += ss["stop"] - ss["start"]
+    total = sum(busy.values())
+    print(f"\n### where the workers' time goes (task stream, {workers} workers, {wall:.1f} s wall)\n")
+    print("| task prefix | action | seconds | share of worker time |")
+    print("|---|---|---:|---:|")
+    for (prefix, action), secs in sorted(busy.items(), key=lambda kv: -kv[1])[:18]:
+        print(f"| {prefix[:60]} | {action} | {secs:.2f} | {100 * secs / (wall * workers):.0f}% |")
+    print(f"| (all tasks) | | {total:.2f} | {100 * total / (wall * workers):.0f}% |")
+    print(f"| idle: scheduling, client round trips, waiting | | {wall * workers - total:.2f} | "
+          f"{100 * (wall * workers - total) / (wall * workers):.0f}% |")
+
+
 def job(src: Path, workers: int, extra: list[str]) -> tuple[dict[str, float], float]:
     out = Path(tempfile.mkdtemp(prefix="dedup-profile-")) / "out"
     start = time.perf_counter()
@@ -100,18 +135,21 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--label", default="", help="a name for this build in the tables (e.g. a commit)")
     ap.add_argument("--job-args", default="", help="extra arguments for dedup run, space separated")
+    ap.add_argument("--task-stream", action="store_true", help="also break the workers' time down by task")
+    ap.add_argument("--job-only", action="store_true", help="skip the one-core breakdown")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dedup-profile-in-"))
     try:
         frame = corpus_frame(args.docs)
         src = write_corpus(frame, work / "in", shards=16)
         n = len(frame)
-        k = kernels(src)
-        print(f"\n### {args.label} one core, {n:,} documents (CPU seconds)\n")
-        print("| step | CPU s | docs per CPU-second |")
-        print("|---|---:|---:|")
-        for name, secs in k.items():
-            print(f"| {name} | {secs:.2f} | {n / secs:,.0f} |")
+        if not args.job_only:
+            k = kernels(src)
+            print(f"\n### {args.label} one core, {n:,} documents (CPU seconds)\n")
+            print("| step | CPU s | docs per CPU-second |")
+            print("|---|---:|---:|")
+            for name, secs in k.items():
+                print(f"| {name} | {secs:.2f} | {n / secs:,.0f} |")
         runs = [job(src, args.workers, args.job_args.split()) for _ in range(args.repeats)]
         stages = [s for s in runs[0][0] if s != "total"]
         med = {s: statistics.median(r[0].get(s, 0.0) for r in runs) for s in stages}
@@ -126,6 +164,8 @@ def main() -> None:
         print(f"| interpreter, imports, cluster start, planning | {wall - job_s:.2f} | |")
         print(f"| wall | {wall:.2f} | |")
         print(f"\ndocuments per CPU-second of job time: {n / (args.workers * job_s):,.0f}")
+        if args.task_stream:
+            task_stream(src, args.workers, args.job_args.split())
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
