@@ -117,11 +117,17 @@ def task_stream(src: Path, workers: int, extra: list[str]) -> None:
           f"{100 * (wall * workers - total) / (wall * workers):.0f}% |")
 
 
-def job(src: Path, workers: int, extra: list[str]) -> tuple[dict[str, float], float]:
+def job(src: Path, workers: int, extra: list[str], pythonpath: str | None = None) -> tuple[dict[str, float], float]:
+    """`dedup run` in a subprocess (with `pythonpath`, the dedup found there): manifest seconds, wall."""
+    import os
+
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     out = Path(tempfile.mkdtemp(prefix="dedup-profile-")) / "out"
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "dedup", "run", str(src), str(out), "--n-workers", str(workers), *extra],
-                   check=True, capture_output=True, text=True)
+                   check=True, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     seconds = json.loads((out / "_dedup.json").read_text())["seconds"]
     shutil.rmtree(out.parent, ignore_errors=True)

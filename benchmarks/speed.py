@@ -1,14 +1,19 @@
 """Speed and memory of dedup against its peers, measured in one process run.
 
-    python benchmarks/speed.py                   # signatures on one core, the whole job, scaling to 200k
-    python benchmarks/speed.py --scale 10000,50000,200000,1000000
+    python benchmarks/speed.py --baseline /path/to/checkout-of-an-earlier-commit
+    python benchmarks/speed.py --job-docs 50000 --scale 50000,200000      # quicker
 
-1. text -> signatures on one core (CPU seconds): dedup.signatures, datasketch MinHash.update_batch
-   and rensa RMinHash.update, the peers with Python shingling. Repeats interleaved; median and
-   the ratio per repeat.
-2. the whole job: `dedup run` (Parquet in, Parquet out, 2 local worker processes) against
-   datasketch MinHashLSH insert + query in one process; wall time, peak RSS of all processes.
-3. scaling: `dedup run` at several corpus sizes, seconds and peak memory per document.
+1. text -> signatures on one core (CPU seconds): dedup.signatures, datasketch MinHash.bulk (its
+   documented way to make many MinHashes: the permutations are drawn once) and rensa
+   RMinHash.update, the peers with Python shingling. Repeats interleaved; median and the ratio
+   per repeat.
+2. the whole job on the §7 corpus: datasketch MinHashLSH 16 x 8 (query, then insert, one
+   process) first, then `dedup run` on a local cluster of 2 worker processes, its wall time
+   counted from before the cluster starts. Each tool starts on a quiet machine: the previous
+   one's processes have exited and the load has settled.
+3. where dedup's time goes: the one-core steps of the features stage and the job's stages
+   (`benchmarks/profile.py`), for this build and, with --baseline, for an earlier one.
+4. scaling: `dedup run` from 50,000 to 2,000,000 documents, seconds and peak memory per document.
 """
 
 from __future__ import annotations
@@ -72,9 +77,7 @@ def sig_dedup(texts: Sequence[str]) -> None:
 def sig_datasketch(texts: Sequence[str]) -> None:
     from datasketch import MinHash
 
-    for t in texts:
-        m = MinHash(num_perm=128, seed=1)
-        m.update_batch([s.encode("utf-8") for s in shingles(t)])
+    for m in MinHash.bulk(([s.encode("utf-8") for s in shingles(t)] for t in texts), num_perm=128, seed=1):
         m.digest()
 
 
@@ -114,16 +117,31 @@ def bench_signatures(texts: Sequence[str], repeats: int) -> list[dict]:
     return rows
 
 
+def quiet(settle: float = 2.0, timeout: float = 60.0) -> None:
+    """Wait until this process has no children left (a closed cluster's workers exit
+    asynchronously) and the machine has had `settle` seconds to itself."""
+    import gc
+
+    gc.collect()
+    me = psutil.Process(os.getpid())
+    deadline = time.monotonic() + timeout
+    while me.children(recursive=True) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(settle)
+
+
 def run_dedup_job(src: Path, workers: int) -> tuple[float, int, dict]:
+    """`dedup run` on a fresh local cluster: seconds from before the cluster starts to the commit."""
     from distributed import Client, LocalCluster
 
     from dedup.pipeline import run
 
+    quiet()
     out = Path(tempfile.mkdtemp(prefix="dedup-bench-out-")) / "out"
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=40) as cluster, Client(cluster):
-        with PeakRSS() as mem:
-            start = time.perf_counter()
+    with PeakRSS() as mem:
+        start = time.perf_counter()
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                          silence_logs=40) as cluster, Client(cluster):
             manifest = run(str(src), str(out))
             secs = time.perf_counter() - start
     shutil.rmtree(out.parent, ignore_errors=True)
@@ -131,20 +149,24 @@ def run_dedup_job(src: Path, workers: int) -> tuple[float, int, dict]:
 
 
 def run_datasketch_job(src: Path) -> tuple[float, int]:
+    """MinHashLSH 16 x 8 as its docs show it: MinHash.bulk per batch, query, then insert."""
     import pandas as pd
     from datasketch import MinHash, MinHashLSH
 
+    quiet()
     with PeakRSS() as mem:
         start = time.perf_counter()
         frame = pd.read_parquet(src)
         lsh = MinHashLSH(threshold=0.8, num_perm=128, params=(16, 8))
         keep = []
-        for doc_id, text in zip(frame["id"], frame["text"]):
-            m = MinHash(num_perm=128, seed=1)
-            m.update_batch([s.encode("utf-8") for s in shingles(text)])
-            if not lsh.query(m):
-                keep.append(doc_id)
-            lsh.insert(doc_id, m)
+        ids, texts = frame["id"].tolist(), frame["text"].tolist()
+        for lo in range(0, len(ids), 10_000):
+            batch = MinHash.bulk(([s.encode("utf-8") for s in shingles(t)] for t in texts[lo:lo + 10_000]),
+                                 num_perm=128, seed=1)
+            for doc_id, m in zip(ids[lo:lo + 10_000], batch):
+                if not lsh.query(m):
+                    keep.append(doc_id)
+                lsh.insert(doc_id, m)
         out = Path(tempfile.mkdtemp(prefix="ds-bench-out-"))
         frame[frame["id"].isin(set(keep))].to_parquet(out / "kept.parquet")
         secs = time.perf_counter() - start
@@ -152,13 +174,56 @@ def run_datasketch_job(src: Path) -> tuple[float, int]:
     return secs, mem.peak
 
 
+def profile_section(src: Path, n: int, workers: int, baseline: Path | None, repeats: int) -> dict:
+    """One-core steps and per-stage seconds (benchmarks/profile.py) for this build and the baseline."""
+    import profile as prof
+
+    import subprocess
+
+    label = ""
+    if baseline:
+        label = subprocess.run(["git", "-C", str(baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
+                               text=True).stdout.strip() or baseline.name
+    builds = [("this build", None)] + ([(f"baseline {label}", baseline)] if baseline else [])
+    steps = prof.kernels(src)
+    print(f"\n### where the time goes: one core, {n:,} documents (CPU seconds, this build)\n")
+    print("| step | CPU s | docs per CPU-second |")
+    print("|---|---:|---:|")
+    for name, secs in steps.items():
+        print(f"| {name} | {secs:.2f} | {n / secs:,.0f} |")
+    stages: dict[str, dict[str, float]] = {}
+    walls: dict[str, float] = {}
+    for label, path in builds:
+        quiet()
+        env_path = str(path) if path else None
+        runs = [prof.job(src, workers, [], pythonpath=env_path) for _ in range(repeats)]
+        names = sorted({s for r in runs for s in r[0] if s != "total"})
+        stages[label] = {s: statistics.median(r[0].get(s, 0.0) for r in runs) for s in names}
+        stages[label]["job"] = statistics.median(sum(v for k, v in r[0].items() if k != "total") for r in runs)
+        walls[label] = statistics.median(r[1] for r in runs)
+    names = sorted({s for st in stages.values() for s in st if s != "job"})
+    print(f"\n### where the time goes: dedup run, {n:,} documents, {workers} workers, seconds per stage "
+          f"(median of {repeats})\n")
+    print("| stage | " + " | ".join(stages) + " |")
+    print("|---|" + "---:|" * len(stages))
+    for s in names:
+        print(f"| {s} | " + " | ".join(f"{st.get(s, 0.0):.2f}" for st in stages.values()) + " |")
+    print("| **job (sum of stages)** | " + " | ".join(f"**{st['job']:.2f}**" for st in stages.values()) + " |")
+    print("| docs per CPU-second of job time | " + " | ".join(f"{n / (workers * st['job']):,.0f}"
+                                                          for st in stages.values()) + " |")
+    print("| wall of `dedup run` (process, cluster start included) | " +
+          " | ".join(f"{w:.2f}" for w in walls.values()) + " |")
+    return {"steps": steps, "stages": stages, "walls": walls}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sig-docs", type=int, default=10_000, help="documents for the one-core signature benchmark")
+    ap.add_argument("--sig-docs", type=int, default=20_000, help="documents for the one-core signature benchmark")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--job-docs", type=int, default=50_000, help="documents for the whole-job comparison")
-    ap.add_argument("--scale", default="10000,50000,200000", help="corpus sizes for the scaling table")
+    ap.add_argument("--job-docs", type=int, default=204_000, help="documents for the whole-job comparison")
+    ap.add_argument("--scale", default="50000,200000,1000000,2000000", help="corpus sizes for the scaling table")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--baseline", type=Path, help="a checkout of an earlier commit, profiled next to this build")
     args = ap.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     report: dict = {"cpu": psutil.cpu_count(), "workers": args.workers}
@@ -168,21 +233,26 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="dedup-bench-"))
     try:
-        src = write_corpus(frame.iloc[: args.job_docs], tmp / "job", shards=8)
-        d_secs, d_mem, _ = run_dedup_job(src, args.workers)
-        p_secs, p_mem = run_datasketch_job(src)
+        src = write_corpus(frame.iloc[: args.job_docs], tmp / "job", shards=16)
         n = args.job_docs
-        report["job"] = {"docs": n, "dedup_seconds": d_secs, "dedup_peak_rss": d_mem,
+        p_secs, p_mem = run_datasketch_job(src)
+        d_secs, d_mem, manifest = run_dedup_job(src, args.workers)
+        job_s = sum(v for k, v in manifest["seconds"].items() if k != "total")
+        report["job"] = {"docs": n, "dedup_seconds": d_secs, "dedup_job_seconds": job_s, "dedup_peak_rss": d_mem,
                          "datasketch_seconds": p_secs, "datasketch_peak_rss": p_mem}
         print(f"\n### the whole job, {n:,} documents, Parquet in and out\n")
-        print("| tool | processes | seconds | docs per second | peak RSS (MiB) | dedup is x faster |")
+        print("| tool | processes | wall seconds | docs per second | peak RSS (MiB) | dedup is x faster |")
         print("|---|---:|---:|---:|---:|---:|")
-        print(f"| dedup run | {args.workers} workers + client | {d_secs:.1f} | {n / d_secs:,.0f} | {d_mem / 2**20:,.0f} | "
-              f"{p_secs / d_secs:.1f} |")
+        print(f"| dedup run (cluster start included) | {args.workers} workers + client | {d_secs:.1f} | "
+              f"{n / d_secs:,.0f} | {d_mem / 2**20:,.0f} | {p_secs / d_secs:.1f} |")
         print(f"| datasketch MinHashLSH 16 x 8 | 1 | {p_secs:.1f} | {n / p_secs:,.0f} | {p_mem / 2**20:,.0f} | 1.0 |")
+        print(f"\ndedup's job time (sum of its stages): {job_s:.1f} s, {n / (args.workers * job_s):,.0f} documents "
+              "per CPU-second")
+
+        report["profile"] = profile_section(src, n, args.workers, args.baseline, args.repeats)
 
         scale = []
-        print("\n### scaling: dedup run, 2 local workers\n")
+        print("\n### scaling: dedup run, 2 local workers (cluster start included)\n")
         print("| documents | seconds | µs per document | docs per second | peak RSS (MiB) | clusters |")
         print("|---:|---:|---:|---:|---:|---:|")
         for size in (int(x) for x in args.scale.split(",")):
@@ -191,8 +261,9 @@ def main() -> None:
             secs, mem, manifest = run_dedup_job(src, args.workers)
             scale.append({"docs": size, "seconds": secs, "peak_rss": mem, "clusters": manifest["clusters"]})
             print(f"| {size:,} | {secs:.1f} | {secs / size * 1e6:.0f} | {size / secs:,.0f} | {mem / 2**20:,.0f} | "
-                  f"{manifest['clusters']:,} |")
+                  f"{manifest['clusters']:,} |", flush=True)
             shutil.rmtree(src, ignore_errors=True)
+            del big
         report["scaling"] = scale
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
