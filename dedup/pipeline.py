@@ -123,9 +123,9 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             stage.summary += (f"; {c['indexed_matched']} of {report.indexed_documents} indexed documents share a "
                               "bucket with this input")
     feat_all, texts = feat, ddf
-    if idx_feat is not None:
+    if idx_feat is not None:  # persisted once: every use in confirm and roots would redo the concat
         old = idx_feat.partitions[feat.npartitions:].clear_divisions()
-        feat_all = dd.concat([feat, old[list(feat.columns)]])
+        feat_all = dd.concat([feat, old[list(feat.columns)]]).persist()
         texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
     with Stage(report, "confirm") as stage:
         graph, pairs, conf = stages.confirm(edges, feat_all, texts, text_column=text_column, params=params,
