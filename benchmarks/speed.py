@@ -12,7 +12,7 @@
    counted from before the cluster starts. Each tool starts on a quiet machine: the previous
    one's processes have exited and the load has settled.
 3. where dedup's time goes: the one-core steps of the features stage and the job's stages
-   (`benchmarks/profile.py`), for this build and, with --baseline, for an earlier one.
+   (`benchmarks/stage_profile.py`), for this build and, with --baseline, for an earlier one.
 4. scaling: `dedup run` from 50,000 to 2,000,000 documents, seconds and peak memory per document.
 """
 
@@ -175,10 +175,10 @@ def run_datasketch_job(src: Path) -> tuple[float, int]:
 
 
 def profile_section(src: Path, n: int, workers: int, baseline: Path | None, repeats: int) -> dict:
-    """One-core steps and per-stage seconds (benchmarks/profile.py) for this build and the baseline."""
-    import profile as prof
-
+    """One-core steps and per-stage seconds (benchmarks/stage_profile.py) for this build and the baseline."""
     import subprocess
+
+    import stage_profile as prof
 
     label = ""
     if baseline:

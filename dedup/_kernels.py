@@ -33,7 +33,7 @@ def minhash_rows(x, offsets, a, b, out):  # pragma: no cover - compiled
     two Mersenne folds plus one conditional subtraction give the exact residue. Rows of
     documents without shingles stay at P. The running minimum is kept in 64 bits, so the
     permutation loop vectorises without narrowing (0.23 ns a shingle x permutation against 0.31
-    with a 32-bit row, on this machine; see benchmarks/profile.py).
+    with a 32-bit row, on this machine; see benchmarks/stage_profile.py).
     """
     num_perm = a.shape[0]
     a64 = a.astype(np.uint64)

@@ -294,7 +294,7 @@ def unique_pairs(edges: pd.DataFrame) -> pd.DataFrame:
 def sig_payload(sigs: NDArray[np.uint32]) -> pd.Series:
     """Signatures [n, num_perm] as one Arrow binary column (large_binary: p2p shuffles rebuild
     column types from their names, which fixed-size binary has none of): a shuffle moves one
-    column of n values instead of num_perm columns (see benchmarks/profile.py)."""
+    column of n values instead of num_perm columns (see benchmarks/stage_profile.py)."""
     import pyarrow as pa
 
     n, width = sigs.shape[0], 4 * (sigs.shape[1] if sigs.ndim == 2 else 0)

@@ -57,7 +57,7 @@ def _load_kernels() -> None:
 
 def warm_up(client: Any) -> list[Any]:
     """Load the kernels on every worker in the background while the client plans and builds the
-    graph (about 0.9 s a worker otherwise paid by the first features task; benchmarks/profile.py)."""
+    graph (about 0.9 s a worker otherwise paid by the first features task; benchmarks/stage_profile.py)."""
     workers = list(client.scheduler_info(n_workers=-1)["workers"])
     return [client.submit(_load_kernels, pure=False, workers=[w], allow_other_workers=False) for w in workers]
 

@@ -1,7 +1,7 @@
 """Where the whole job's time goes: the kernels alone on one core, then `dedup run` per stage.
 
-    python benchmarks/profile.py                     # the 204,000-document §7 corpus, 2 workers
-    python benchmarks/profile.py --docs 50000 --repeats 1
+    python benchmarks/stage_profile.py                     # the 204,000-document §7 corpus, 2 workers
+    python benchmarks/stage_profile.py --docs 50000 --repeats 1
 
 1. One process, one core, the whole corpus in partitions of 25,000 (CPU seconds): reading the
    texts from Parquet, tokenising, hashing the shingles, the MinHash minimum, and the rest of
