@@ -137,8 +137,10 @@ def test_object_store_output_commits_manifest_last(tmp_path: Path) -> None:
         fs.rm("/bucket/out", recursive=True)
         m = run(str(src), "memory://bucket/out")
         names = sorted(p.removeprefix("/bucket/out/") for p in fs.find("/bucket/out"))
-        assert names == ["_dedup.json", "_report/index.html", "_report/removed.parquet/shard-00.parquet",
-                         "_report/removed.parquet/shard-01.parquet", "shard-00.parquet", "shard-01.parquet"]
+        assert names == ["_dedup.json", "_index/bands/part-000000.parquet", "_index/docs/part-000000.parquet",
+                         "_index/ids/part-000000.parquet", "_index/index.json", "_report/index.html",
+                         "_report/removed.parquet/shard-00.parquet", "_report/removed.parquet/shard-01.parquet",
+                         "shard-00.parquet", "shard-01.parquet"]
         m2 = run(str(src), "memory://bucket/out", overwrite=True, drop=False)
     assert m2["output_rows"] == 3 and m["output_rows"] == 2
     assert not [p for p in fs.ls("/bucket", detail=False) if ".dedup-" in p]  # staging and lock removed

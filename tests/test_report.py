@@ -65,7 +65,8 @@ def test_dry_run_writes_no_shard_and_the_same_counts(client, tmp_path: Path, cor
     assert dry["dry_run"] and not real["dry_run"]
     for k in ("input_rows", "output_rows", "near_duplicates_dropped", "contaminated_dropped", "clusters"):
         assert dry[k] == real[k]
-    shards = [p for p in (tmp_path / "dry").rglob("*.parquet") if "_report" not in p.parts]
+    shards = [p for p in (tmp_path / "dry").rglob("*.parquet")
+              if not any(part.startswith("_") for part in p.relative_to(tmp_path / "dry").parts)]
     assert shards == [] and (tmp_path / "dry" / "_report" / "index.html").exists()
     assert len(pd.read_parquet(tmp_path / "dry" / "_report" / "removed.parquet")) == \
         real["near_duplicates_dropped"] + real["contaminated_dropped"]
