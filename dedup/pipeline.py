@@ -72,12 +72,12 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             params: Params, report: Report, components: str = "auto", npartitions: int | None = None,
             features_dir: str | None = None, locate: Callable[[int], tuple[str, int]] | None = None,
             null_id_files: Sequence[str] = (), details: bool = False, against: Sequence[index.IndexPart] = (),
-            skip_existing: bool = False, index_out: str | None = None) -> Decisions:
+            skip_existing: bool = False, index_out: str | None = None, spill_dir: str | None = None) -> Decisions:
     """Run the stages; the report gets every count. `locate` maps a document key to (file, row);
     `details` also finds each clustered document's closest match (for `_report/removed.parquet`).
     `against`: earlier outputs' indexes, whose documents win their clusters; with `skip_existing`
     documents whose id one of them holds are skipped instead of refused. `index_out`: write this
-    run's index band files there."""
+    run's index band files there. `spill_dir`: where client components leave their labels."""
     if components not in COMPONENT_MODES:
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
     with Stage(report, "features") as stage:
@@ -141,7 +141,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             mode = "client" if conf["graph_edges"] <= CLIENT_COMPONENT_EDGES else "distributed"
         report.components = mode
         if mode == "client":
-            labels = stages.components_on_client(graph, feat_all.npartitions)
+            labels = stages.components_on_client(graph, feat_all.npartitions, spill_dir)
             stage.summary = f"{conf['graph_edges']} edges joined on the client"
         else:
             labels, rounds = stages.components_on_cluster(graph, npartitions or feat.npartitions)
@@ -496,7 +496,8 @@ def execute(plan: Plan) -> dict[str, Any]:
                     features_dir=staging.url + "/_features" if plan.features_on_disk else None,
                     locate=_locator(groups), details=plan.write_report, against=plan.against,
                     skip_existing=plan.skip_existing,
-                    index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None)
+                    index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
+                    spill_dir=f"{staging.url}/_labels")
                 layout = shared((groups, plan.schema))
                 if not plan.dry_run:
                     with Stage(report, "write") as stage:
@@ -532,6 +533,7 @@ def execute(plan: Plan) -> dict[str, Any]:
                                                 dict(zip(summaries, got)))
                         stage.summary = f"{int(w['rows'].sum())} removed documents listed in {removed.REMOVED}"
                 staging.remove("_features")
+                staging.remove("_labels")
             except Exception as exc:
                 _explain_killed_worker(exc, [[s.path for s in g] for g in groups],
                                        plan.protected.nbytes / 1e6 if plan.protected else 0.0)

@@ -309,9 +309,11 @@ def matches(pairs: dd.DataFrame, feat: dd.DataFrame, first_indexed: int = frames
 
 # -- components ------------------------------------------------------------------------------------
 
-def components_on_client(graph: dd.DataFrame, npartitions: int) -> dd.DataFrame:
+def components_on_client(graph: dd.DataFrame, npartitions: int, spill_dir: str | None = None) -> dd.DataFrame:
     """(doc, label) by the vectorised min-label union-find on the client, fed partition by
-    partition; the labels go back to the workers as scattered chunks, never through the graph."""
+    partition; the labels go back to the workers as Parquet chunks in `spill_dir` (read back by
+    the tasks that need them, so a worker lost later costs a re-read, not the job), or without it
+    as scattered chunks; never through the graph."""
     client = active_client()
     lefts: list[np.ndarray] = []
     rights: list[np.ndarray] = []
@@ -334,6 +336,17 @@ def components_on_client(graph: dd.DataFrame, npartitions: int) -> dd.DataFrame:
     pieces = [table.iloc[i:i + chunk].reset_index(drop=True) for i in range(0, max(len(table), 1), chunk)]
     if client is None:
         return dd.from_pandas(table, npartitions=max(1, min(npartitions, len(pieces))), sort=False)
+    if spill_dir is not None:
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(spill_dir)
+        fs.makedirs(root, exist_ok=True)
+        paths = []
+        for i, piece in enumerate(pieces):
+            with fs.open(f"{root}/labels-{i:06d}.parquet", "wb") as fh:
+                piece.to_parquet(fh, index=False)
+            paths.append(f"{spill_dir}/labels-{i:06d}.parquet")
+        return dd.from_map(pd.read_parquet, paths, meta=frames.MEMBER_META, enforce_metadata=False)
     futures = client.scatter(pieces)
     return dd.from_delayed(futures, meta=frames.MEMBER_META, verify_meta=False)
 
