@@ -34,7 +34,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.config import Params
-from dedup.safety import MANIFEST, UsageError
+from dedup.safety import MANIFEST, UsageError, is_url, read_manifest
 
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
@@ -132,8 +132,6 @@ def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[
     with other parameters or another id type, or references an index that is gone or replaced.
     """
     import fsspec
-
-    from dedup.safety import is_url, read_manifest
 
     found: dict[str, IndexPart] = {}
     want = index_params(params)
@@ -372,8 +370,7 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
         return meta
     part, p, start = layout.locate(partition_info["number"])
     offset = np.int64(start << ROW_BITS)
-    first = rows.drop_duplicates("doc").sort_values("doc")
-    need = first["doc"].to_numpy(np.int64) - offset
+    need = np.unique(rows["doc"].to_numpy(np.int64)) - offset
     fs, path = fsspec.core.url_to_fs(docs_file(part.url, p))
     with fs.open(path, "rb") as fh:
         pf = pq.ParquetFile(fh)

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
@@ -221,24 +222,24 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     edges = combined.map_partitions(frames.bucket_edges, params.max_bucket, first_indexed, meta=frames.EDGE_META)
     writes = ranged.map_partitions(_write_band_part, index_out, meta={"bytes": "int64", "rows": "int64"}) \
         if index_out is not None else None
-    import dask
-
-    edges, idx_feat, writes = dask.persist(edges, idx_feat, writes)
+    edges, idx_feat, writes = dask.persist(edges, idx_feat, writes)  # one pass over the routed rows
 
     def approx_sizes(e: pd.DataFrame) -> pd.DataFrame:
         a = e[e["kind"] == frames.KIND_APPROX]
         sizes = a.groupby(["band", "left"]).size() + 1 if len(a) else pd.Series(dtype=np.int64)
         return pd.DataFrame({"buckets": [len(sizes)], "largest": [int(sizes.max()) if len(sizes) else 0]})
 
-    (c,) = compute(edges.map_partitions(approx_sizes, meta={"buckets": "int64", "largest": "int64"}))
-    counts = {"approximated_buckets": int(c["buckets"].sum()), "largest_approximated_bucket": int(c["largest"].max()),
-              "index_band_bytes": 0, "indexed_matched": 0, "bucket_partitions": k}
+    # one round trip for every count: the bucket sizes, the band files written, the indexed documents read
+    lazy = {"sizes": edges.map_partitions(approx_sizes, meta={"buckets": "int64", "largest": "int64"})}
     if writes is not None:
-        (w,) = compute(writes)
-        counts["index_band_bytes"] = int(w["bytes"].sum())
+        lazy["writes"] = writes
     if idx_feat is not None:
-        (n,) = compute(idx_feat.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"}))
-        counts["indexed_matched"] = int(n["n"].sum())
+        lazy["matched"] = idx_feat.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"})
+    got = dict(zip(lazy, compute(*lazy.values())))
+    c = got["sizes"]
+    counts = {"approximated_buckets": int(c["buckets"].sum()), "largest_approximated_bucket": int(c["largest"].max()),
+              "index_band_bytes": int(got["writes"]["bytes"].sum()) if "writes" in got else 0,
+              "indexed_matched": int(got["matched"]["n"].sum()) if "matched" in got else 0, "bucket_partitions": k}
     if counts["approximated_buckets"]:
         log.warning("%d bucket(s) had more than %d distinct texts (largest %d): joined by star edges, not all pairs",
                     counts["approximated_buckets"], params.max_bucket, counts["largest_approximated_bucket"])
