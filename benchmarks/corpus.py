@@ -1,4 +1,5 @@
-"""Write the contract §7 synthetic corpus (id, text, family) as Parquet shards.
+"""Write the contract §7 synthetic corpus (id, text, family) as Parquet shards; `run_cli` runs
+`dedup run` on such shards the way the other benchmarks time it.
 
     python benchmarks/corpus.py --docs 200000 --out /tmp/corpus200k --shards 16
 """
@@ -6,6 +7,11 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -28,6 +34,20 @@ def write_corpus(frame: pd.DataFrame, out: Path, shards: int) -> Path:
     for i in range(shards):
         frame.iloc[i::shards].to_parquet(out / f"shard-{i:04d}.parquet", index=False)
     return out
+
+
+def run_cli(src: Path, out: Path, workers: int, *extra: str, pythonpath: str | None = None) -> tuple[dict, float]:
+    """`dedup run SRC OUT` in a subprocess on a local cluster of `workers` (with `pythonpath`, the dedup
+    found there), OUTPUT replaced: its manifest and the process's wall seconds."""
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    shutil.rmtree(out, ignore_errors=True)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "dedup", "run", str(src), str(out), "--n-workers", str(workers), *extra],
+                   check=True, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    return json.loads((out / "_dedup.json").read_text()), wall
 
 
 def main() -> None:

@@ -16,26 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpus import corpus_frame, write_corpus  # noqa: E402
+from corpus import corpus_frame, run_cli, write_corpus  # noqa: E402
 
 
 def dedup_run(src: Path, out: Path, workers: int, *extra: str) -> tuple[dict, float]:
-    shutil.rmtree(out, ignore_errors=True)
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "dedup", "run", str(src), str(out), "--n-workers", str(workers),
-                    "--keep-duplicates", *extra], check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    return json.loads((out / "_dedup.json").read_text()), wall
+    return run_cli(src, out, workers, "--keep-duplicates", *extra)
 
 
 def clustered(out: Path, ids: set[str]) -> set[str]:

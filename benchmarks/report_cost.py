@@ -10,24 +10,19 @@ Job seconds come from the manifest (`seconds.total`, the same clock for both); t
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpus import corpus_frame, write_corpus  # noqa: E402
+from corpus import corpus_frame, run_cli, write_corpus  # noqa: E402
 
 
 def job_seconds(src: Path, out: Path, extra: list[str], workers: int) -> tuple[float, float]:
-    shutil.rmtree(out, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "dedup", "run", str(src), str(out), "--n-workers", str(workers), *extra],
-                   check=True, capture_output=True, text=True)
-    m = json.loads((out / "_dedup.json").read_text())
+    m, _ = run_cli(src, out, workers, *extra)
     return m["seconds"]["total"], m["seconds"].get("report", 0.0)
 
 

@@ -16,10 +16,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpus import corpus_frame, write_corpus  # noqa: E402
+from corpus import corpus_frame, run_cli, write_corpus  # noqa: E402
 
 PARTITION = 25_000
 
@@ -119,19 +117,10 @@ def task_stream(src: Path, workers: int, extra: list[str]) -> None:
 
 def job(src: Path, workers: int, extra: list[str], pythonpath: str | None = None) -> tuple[dict[str, float], float]:
     """`dedup run` in a subprocess (with `pythonpath`, the dedup found there): manifest seconds, wall."""
-    import os
-
-    env = dict(os.environ)
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
     out = Path(tempfile.mkdtemp(prefix="dedup-profile-")) / "out"
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "dedup", "run", str(src), str(out), "--n-workers", str(workers), *extra],
-                   check=True, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
-    seconds = json.loads((out / "_dedup.json").read_text())["seconds"]
+    manifest, wall = run_cli(src, out, workers, *extra, pythonpath=pythonpath)
     shutil.rmtree(out.parent, ignore_errors=True)
-    return seconds, wall
+    return manifest["seconds"], wall
 
 
 def main() -> None:
