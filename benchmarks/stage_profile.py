@@ -37,7 +37,7 @@ def kernels(src: Path) -> dict[str, float]:
     from dedup import _kernels, frames
     from dedup.config import Params
     from dedup.hashing import MERSENNE_P, perm_params
-    from dedup.text import encode_batch
+    from dedup import text as text_mod
 
     params = Params()
     a, b = perm_params(params.num_perm, params.seed)
@@ -52,13 +52,17 @@ def kernels(src: Path) -> dict[str, float]:
     for f in files:
         c = time.process_time()
         table = pq.read_table(f, columns=["id", "text"])
-        part = table.to_pandas()
+        if hasattr(text_mod, "encode_column"):  # the texts stay in Arrow, as the job reads them
+            part = pd.DataFrame({"id": table.column("id").to_pylist(),
+                                 "text": pd.arrays.ArrowStringArray(table.column("text").cast("large_string"))})
+        else:  # builds before the Arrow text path
+            part = table.to_pandas()
         t["read texts"] += time.process_time() - c
         for lo in range(0, len(part), PARTITION):
             p = part.iloc[lo:lo + PARTITION].reset_index(drop=True)
-            texts = p["text"].tolist()
             c = time.process_time()
-            batch = encode_batch(texts)
+            batch = (text_mod.encode_column(p["text"]) if hasattr(text_mod, "encode_column")
+                     else text_mod.encode_batch(p["text"].tolist()))
             t["tokenise"] += time.process_time() - c
             c = time.process_time()
             if hasattr(batch, "shingle_hashes"):

@@ -60,24 +60,24 @@ def _is_word(c, pre, word_byte):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def tokenize(buf, doc_offsets, prenormalized, word_byte, lower):  # pragma: no cover - compiled
+def tokenize(buf, doc_start, doc_end, prenormalized, word_byte, lower):  # pragma: no cover - compiled
     """Words of each document as one compact buffer: words joined by single spaces.
 
-    buf: uint8, the documents' bytes back to back; doc_offsets: int64 [n + 1];
-    prenormalized: bool [n], True where the document is already "w1 w2 ..." (any byte but a
+    buf: uint8, the documents' bytes; document d is buf[doc_start[d]:doc_end[d]] (an Arrow string
+    array's data buffer and offsets can be passed as they are); prenormalized: bool [n], True where the document is already "w1 w2 ..." (any byte but a
     space is a word byte), else ASCII text where word_byte (a 256-entry table) decides;
     lower: a 256-entry lower-casing table. Returns (compact, word_start, word_end, word_count).
     A first pass counts words and bytes, so memory is exact: a huge document costs its size
     plus 16 bytes a word.
     """
-    n = doc_offsets.shape[0] - 1
+    n = doc_start.shape[0]
     counts = np.zeros(n, dtype=np.int64)
     total_words = 0
     total_bytes = 0
     for d in range(n):
         pre = prenormalized[d]
         prev = False
-        for i in range(doc_offsets[d], doc_offsets[d + 1]):
+        for i in range(doc_start[d], doc_end[d]):
             w = _is_word(buf[i], pre, word_byte)
             if w:
                 total_bytes += 1
@@ -93,7 +93,7 @@ def tokenize(buf, doc_offsets, prenormalized, word_byte, lower):  # pragma: no c
     for d in range(n):
         pre = prenormalized[d]
         prev = False
-        for i in range(doc_offsets[d], doc_offsets[d + 1]):
+        for i in range(doc_start[d], doc_end[d]):
             c = buf[i]
             w = _is_word(c, pre, word_byte)
             if w:
@@ -112,6 +112,19 @@ def tokenize(buf, doc_offsets, prenormalized, word_byte, lower):  # pragma: no c
             ends[nw] = pos
             nw += 1
     return out, starts, ends, counts
+
+
+@numba.njit(cache=True, nogil=True)
+def non_ascii(buf, start, end):  # pragma: no cover - compiled
+    """bool [n]: whether buf[start[d]:end[d]] holds a byte >= 128."""
+    n = start.shape[0]
+    out = np.zeros(n, dtype=np.bool_)
+    for d in range(n):
+        for i in range(start[d], end[d]):
+            if buf[i] >= 128:
+                out[d] = True
+                break
+    return out
 
 
 @numba.njit(cache=True, nogil=True)

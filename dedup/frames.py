@@ -19,7 +19,7 @@ from dedup.decontam import ProtectedNgrams
 from dedup.hashing import span_hashes
 from dedup.lsh import NO_KEY, band_keys
 from dedup.minhash import batch_signatures
-from dedup.text import encode_batch
+from dedup.text import encode_batch, encode_column, texts_of
 
 KIND_CANDIDATE = 0
 """An edge to confirm: the two documents share a bucket."""
@@ -77,20 +77,6 @@ def key_row(keys: NDArray[np.int64]) -> NDArray[np.int64]:
     return keys & ((1 << ROW_BITS) - 1)
 
 
-def texts_of(column: pd.Series) -> list[str | None]:
-    """A text column as Python strings, missing values as None; any other value is an error."""
-    out: list[str | None] = []
-    for t in column.tolist():
-        if isinstance(t, str):
-            out.append(t)
-        elif t is None or t is pd.NA or (isinstance(t, float) and t != t):
-            out.append(None)
-        else:
-            raise ValueError(f"The text column {column.name!r} holds a {type(t).__name__} value ({t!r:.60}); "
-                             "it must hold strings or nulls.")
-    return out
-
-
 def features_meta(num_perm: int, id_dtype: Any) -> pd.DataFrame:
     cols: dict[str, Any] = {
         "_id": pd.Series(dtype=id_dtype),
@@ -114,7 +100,7 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
     source: the smallest index of a protected record it overlaps, -1 when clean; source_gram: the
     smallest index of an n-gram of that record it holds (for reports), -1 when clean.
     """
-    batch = encode_batch(texts_of(part[text_column]))
+    batch = encode_column(part[text_column])
     n = len(part)
     sigs = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size,
                             shingle_unit=params.shingle_unit)

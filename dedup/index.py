@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 
 from dedup.config import Params
 from dedup.safety import MANIFEST, UsageError, is_url, read_manifest
+from dedup.text import TEXT_DTYPE
 
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
@@ -345,7 +346,7 @@ def features_meta(num_perm: int, id_dtype: Any) -> Any:
 
     from dedup.frames import features_meta as base
 
-    return base(num_perm, id_dtype).assign(_text=pd.Series(dtype=object))
+    return base(num_perm, id_dtype).assign(_text=pd.Series(dtype=TEXT_DTYPE))
 
 
 def _signatures(column: pa.ChunkedArray, num_perm: int) -> NDArray[np.uint32]:
@@ -399,7 +400,7 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
                 col = pq.read_table(fh, columns=[part.text_column]).column(0)
             for i, t in zip(which, col.take(pa.array(at[which])).to_pylist()):
                 texts[i] = t
-    return pd.concat([out, sigs], axis=1).assign(_text=pd.Series(texts, dtype=object))
+    return pd.concat([out, sigs], axis=1).assign(_text=pd.Series(texts, dtype=TEXT_DTYPE))
 
 
 def _groups_holding(pf: Any, need: NDArray[np.int64]) -> list[int]:

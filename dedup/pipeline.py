@@ -33,6 +33,7 @@ from dedup.plan import Plan, Report, Stage, prepare
 from dedup.runtime import compute, shared
 from dedup.safety import MANIFEST, UsageError
 from dedup.staging import deferred_interrupts
+from dedup.text import TEXT_DTYPE
 
 log = logging.getLogger("dedup")
 
@@ -485,7 +486,7 @@ def execute(plan: Plan) -> dict[str, Any]:
             id_type = plan.schema.field(plan.id_column).type
             is_int = pa.types.is_integer(id_type)
             meta = pd.DataFrame({plan.id_column: pd.Series(dtype=np.int64 if is_int else object),
-                                 plan.text_column: pd.Series(dtype=object)})
+                                 plan.text_column: pd.Series(dtype=TEXT_DTYPE)})
             ddf = dd.from_map(_read_group, groups, id_column=plan.id_column, text_column=plan.text_column,
                               id_type=id_type, meta=meta, enforce_metadata=False, label="read-shards")
             try:

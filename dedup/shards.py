@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dedup.safety import UsageError, is_url
+from dedup.text import TEXT_DTYPE
 
 CLUSTER_COLUMN = "minhash_cluster"
 PARTITION_ROWS = 25_000
@@ -263,11 +264,12 @@ def _bad_utf8(path: str, column: pa.ChunkedArray, text_column: str, row0: int = 
 def read_features_input(shards: Sequence[Shard], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
     """The id and text columns of `shards`, concatenated, for the features stage.
 
-    Ids come as int64 (integer ids) or Python strings; texts as Python strings or None. A null id
-    or text that is not UTF-8 raises naming the file and row.
+    Ids come as int64 (integer ids) or Python strings; texts as an Arrow-backed column
+    (`dedup.text.TEXT_DTYPE`, read in place by the features stage). A null id or text that is not
+    UTF-8 raises naming the file and row.
     """
     ids: list[Any] = []
-    texts: list[Any] = []
+    texts: list[pa.Array] = []
     for s in shards:
         t = read_table(s.path, [id_column, text_column])
         idc, txt = t.column(id_column), t.column(text_column)
@@ -284,10 +286,12 @@ def read_features_input(shards: Sequence[Shard], id_column: str, text_column: st
             if pa.types.is_dictionary(idc.type):
                 idc = idc.cast(idc.type.value_type)
             ids.append(np.asarray(idc.to_pylist(), dtype=object))
-        texts.extend(txt.to_pylist())
+        texts.extend(txt.cast(pa.large_string()).chunks if not pa.types.is_null(txt.type)
+                     else [pa.nulls(len(txt), pa.large_string())])
     id_values = np.concatenate(ids) if ids else np.zeros(0, np.int64 if pa.types.is_integer(id_type) else object)
     return pd.DataFrame({id_column: pd.Series(id_values, dtype=np.int64 if pa.types.is_integer(id_type) else object),
-                         text_column: pd.Series(texts, dtype=object)})
+                         text_column: pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array(texts, pa.large_string())),
+                                                dtype=TEXT_DTYPE)})
 
 
 def write_shard(table: pa.Table, fs: Any, path: str) -> None:

@@ -13,11 +13,17 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.config import SHINGLE_UNITS
 
 _WORD = re.compile(r"\w+")
+
+TEXT_DTYPE = pd.StringDtype("pyarrow")
+"""The text column's dtype in the job's frames: Arrow-backed, so it is tokenised in place
+(`encode_column`) and Dask's string conversion leaves it as it is."""
 
 
 
@@ -170,8 +176,6 @@ def encode_batch(texts: Iterable[str | None]) -> TextBatch:
     exactly [A-Za-z0-9_] and lower() only maps A-Z); any other text goes through the reference
     `words` first. Both give the same words, byte for byte.
     """
-    from dedup import _kernels
-
     parts: list[bytes] = []
     pre: list[bool] = []
     for t in texts:
@@ -188,8 +192,74 @@ def encode_batch(texts: Iterable[str | None]) -> TextBatch:
     doc_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=doc_offsets[1:])
     raw = np.frombuffer(b"".join(parts), dtype=np.uint8)
-    buf, word_start, word_end, counts = _kernels.tokenize(
-        raw, doc_offsets, np.array(pre, dtype=np.bool_), _ASCII_WORD, _ASCII_LOWER)
-    word_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    return _tokenize(raw, doc_offsets[:-1], doc_offsets[1:], np.array(pre, dtype=np.bool_))
+
+
+def encode_arrow(array: pa.Array | pa.ChunkedArray) -> TextBatch:
+    """`encode_batch` of an Arrow string array (nulls count as texts without words), read in place.
+
+    ASCII texts are tokenised straight from the array's data buffer; only the others are turned
+    into Python strings, for the reference `words`. Gives `encode_batch(array.to_pylist())`.
+    """
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    if pa.types.is_dictionary(array.type):
+        array = array.cast(array.type.value_type)
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+        raise TypeError(f"encode_arrow takes a string array, not {array.type}")
+    n = len(array)
+    _, off_buf, data_buf = array.buffers()
+    width = np.int64 if pa.types.is_large_string(array.type) else np.int32
+    offsets = np.frombuffer(off_buf, dtype=width, count=array.offset + n + 1)[array.offset:].astype(np.int64) \
+        if off_buf is not None else np.zeros(n + 1, np.int64)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    start, end = offsets[:-1].copy(), offsets[1:].copy()
+    if array.null_count:
+        null = array.is_null().to_numpy(zero_copy_only=False)
+        end[null] = start[null]
+    from dedup import _kernels
+
+    other = np.flatnonzero(_kernels.non_ascii(data, start, end))
+    pre = np.zeros(n, dtype=np.bool_)
+    if len(other):  # the reference path for non-ASCII texts, appended after the data buffer
+        extra = [normalized(t).encode("utf-8") for t in array.take(pa.array(other)).to_pylist()]
+        lengths = np.fromiter((len(e) for e in extra), dtype=np.int64, count=len(extra))
+        start[other] = len(data) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        end[other] = start[other] + lengths
+        data = np.concatenate([data, np.frombuffer(b"".join(extra), dtype=np.uint8)])
+        pre[other] = True
+    return _tokenize(data, start, end, pre)
+
+
+def encode_column(column: pd.Series) -> TextBatch:
+    """`encode_batch` of a text column: read in place when it is Arrow-backed (`encode_arrow`),
+    else value by value (any value that is not a string or missing is an error naming the column)."""
+    if isinstance(column.dtype, pd.StringDtype) and column.dtype.storage == "pyarrow" or (
+            isinstance(column.dtype, pd.ArrowDtype) and (pa.types.is_string(column.dtype.pyarrow_dtype)
+                                                         or pa.types.is_large_string(column.dtype.pyarrow_dtype))):
+        return encode_arrow(pa.array(column))
+    return encode_batch(texts_of(column))
+
+
+def texts_of(column: pd.Series) -> list[str | None]:
+    """A text column as Python strings, missing values as None; any other value is an error."""
+    out: list[str | None] = []
+    for t in column.tolist():
+        if isinstance(t, str):
+            out.append(t)
+        elif t is None or t is pd.NA or (isinstance(t, float) and t != t):
+            out.append(None)
+        else:
+            raise ValueError(f"The text column {column.name!r} holds a {type(t).__name__} value ({t!r:.60}); "
+                             "it must hold strings or nulls.")
+    return out
+
+
+def _tokenize(raw: NDArray[np.uint8], start: NDArray[np.int64], end: NDArray[np.int64],
+              pre: NDArray[np.bool_]) -> TextBatch:
+    from dedup import _kernels
+
+    buf, word_start, word_end, counts = _kernels.tokenize(raw, start, end, pre, _ASCII_WORD, _ASCII_LOWER)
+    word_offsets = np.zeros(len(start) + 1, dtype=np.int64)
     np.cumsum(counts, out=word_offsets[1:])
     return TextBatch(buf=buf, word_start=word_start, word_end=word_end, word_offsets=word_offsets)

@@ -143,3 +143,29 @@ def test_batch_tokeniser_equals_reference_words(texts: list[str | None]) -> None
     from dedup.hashing import span_hashes
 
     assert (offsets == offsets2).all() and (span_hashes(batch.buf, start, end) == hashes).all()
+
+
+@given(st.lists(st.one_of(st.none(), ascii_text, unicode_text), max_size=10), st.integers(0, 3),
+       st.booleans(), st.integers(1, 3))
+def test_arrow_text_columns_tokenise_in_place_like_python_strings(texts: list[str | None], cut: int, large: bool,
+                                                                  chunks: int) -> None:
+    """An Arrow-backed column (string or large_string, sliced, in several chunks, with nulls) is
+    read from its buffers, and gives the batch of its Python strings byte for byte."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from dedup.text import TEXT_DTYPE, encode_batch, encode_column
+
+    kind = pa.large_string() if large else pa.string()
+    whole = pa.array(["padding"] * cut + texts, type=kind).slice(cut)
+    step = max(1, -(-len(texts) // chunks))
+    pieces = [whole.slice(i, step) for i in range(0, len(texts), step)] or [whole]
+    column = pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array(pieces, kind).cast(pa.large_string())),
+                       dtype=TEXT_DTYPE)
+    want, got = encode_batch(texts), encode_column(column)
+    for field in ("buf", "word_start", "word_end", "word_offsets"):
+        assert np.array_equal(getattr(got, field), getattr(want, field)), field
+    from dedup.text import encode_arrow
+
+    same = encode_arrow(whole)
+    assert np.array_equal(same.buf, want.buf) and np.array_equal(same.word_offsets, want.word_offsets)
