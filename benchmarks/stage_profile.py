@@ -35,9 +35,9 @@ def kernels(src: Path) -> dict[str, float]:
     import pyarrow.parquet as pq
 
     from dedup import _kernels, frames
+    from dedup import text as text_mod
     from dedup.config import Params
     from dedup.hashing import MERSENNE_P, perm_params
-    from dedup import text as text_mod
 
     params = Params()
     a, b = perm_params(params.num_perm, params.seed)

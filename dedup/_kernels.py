@@ -64,7 +64,8 @@ def tokenize(buf, doc_start, doc_end, prenormalized, word_byte, lower):  # pragm
     """Words of each document as one compact buffer: words joined by single spaces.
 
     buf: uint8, the documents' bytes; document d is buf[doc_start[d]:doc_end[d]] (an Arrow string
-    array's data buffer and offsets can be passed as they are); prenormalized: bool [n], True where the document is already "w1 w2 ..." (any byte but a
+    array's data buffer and offsets can be passed as they are); prenormalized: bool [n], True
+    where the document is already "w1 w2 ..." (any byte but a
     space is a word byte), else ASCII text where word_byte (a 256-entry table) decides;
     lower: a 256-entry lower-casing table. Returns (compact, word_start, word_end, word_count).
     A first pass counts words and bytes, so memory is exact: a huge document costs its size
