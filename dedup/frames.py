@@ -265,27 +265,35 @@ def bucket_edges(long: pd.DataFrame, max_bucket: int, first_indexed: int = NO_IN
 
 
 PAIR_META = pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64)})
+ROUTED_META = PAIR_META.assign(same=pd.Series(dtype=bool))
 
 
-def unique_pairs(edges: pd.DataFrame) -> pd.DataFrame:
-    """Edges as distinct (left < right) pairs, sorted: one row per pair, whatever the number of bands."""
+def confirm_routes(edges: pd.DataFrame) -> pd.DataFrame:
+    """Bucket edges as distinct pairs (left < right) with `same`: True for a same-text edge
+    (confirmed by construction), False for a candidate to score. Both travel the confirm's two
+    hops together; a pair is never both (same-text members of a bucket collapse to one)."""
+    if edges.empty:
+        return ROUTED_META.copy()
     lo = np.minimum(edges["left"].to_numpy(np.int64), edges["right"].to_numpy(np.int64))
     hi = np.maximum(edges["left"].to_numpy(np.int64), edges["right"].to_numpy(np.int64))
-    if len(lo) == 0:
-        return PAIR_META.copy()
-    pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
-    return pd.DataFrame({"left": pairs[:, 0], "right": pairs[:, 1]})
+    same = (edges["kind"].to_numpy() == KIND_SAME_TEXT).astype(np.int64)
+    rows = np.unique(np.stack([lo, hi, same], axis=1), axis=0)
+    return pd.DataFrame({"left": rows[:, 0], "right": rows[:, 1], "same": rows[:, 2].astype(bool)})
 
 
-def sig_payload(sigs: NDArray[np.uint32]) -> pd.Series:
+def sig_payload(sigs: NDArray[np.uint32], present: NDArray[np.bool_] | None = None) -> pd.Series:
     """Signatures [n, num_perm] as one Arrow binary column (large_binary: p2p shuffles rebuild
     column types from their names, which fixed-size binary has none of): a shuffle moves one
-    column of n values instead of num_perm columns (see benchmarks/stage_profile.py)."""
+    column of n values instead of num_perm columns (see benchmarks/stage_profile.py). With
+    `present`, only those rows carry their signature (the others an empty value)."""
     import pyarrow as pa
 
     n, width = sigs.shape[0], 4 * (sigs.shape[1] if sigs.ndim == 2 else 0)
-    blob = pa.py_buffer(np.ascontiguousarray(sigs, dtype="<u4").tobytes())
-    offsets = pa.py_buffer(np.arange(n + 1, dtype=np.int64) * width)
+    present = np.ones(n, dtype=bool) if present is None else present
+    blob = pa.py_buffer(np.ascontiguousarray(sigs[present], dtype="<u4").tobytes())
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(present * width, out=offsets[1:])
+    offsets = pa.py_buffer(offsets)
     arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, offsets, blob])
     return pd.Series(pd.arrays.ArrowExtensionArray(arr))
 
@@ -307,7 +315,7 @@ def payload_sigs(column: pd.Series, num_perm: int) -> NDArray[np.uint32]:
 
 def left_payload_meta(params: Params, id_meta: pd.Series) -> pd.DataFrame:
     cols: dict[str, Any] = {"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
-                            "left_id": id_meta.iloc[:0]}
+                            "same": pd.Series(dtype=bool), "left_id": id_meta.iloc[:0]}
     cols["_sig"] = sig_payload(np.zeros((0, params.num_perm), dtype=np.uint32))
     if params.confirm == "exact":
         cols["_shingles"] = pd.Series(dtype=object)
@@ -315,9 +323,10 @@ def left_payload_meta(params: Params, id_meta: pd.Series) -> pd.DataFrame:
 
 
 def scored_meta(id_meta: pd.Series) -> pd.DataFrame:
-    """A scored candidate pair: both ids, its signature estimate, its exact Jaccard (NaN unless exact)."""
+    """A scored pair: both ids, its signature estimate, its exact Jaccard (NaN unless exact);
+    `same` pairs (identical words) are confirmed with similarity 1, unscored."""
     return pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
-                         "left_id": id_meta.iloc[:0], "right_id": id_meta.iloc[:0],
+                         "same": pd.Series(dtype=bool), "left_id": id_meta.iloc[:0], "right_id": id_meta.iloc[:0],
                          "estimate": pd.Series(dtype=np.float32), "jaccard": pd.Series(dtype=np.float32),
                          "confirmed": pd.Series(dtype=bool)})
 
@@ -330,18 +339,6 @@ def rows_of(feat: pd.DataFrame, keys: NDArray[np.int64]) -> NDArray[np.int64]:
 
 def _ids_at(feat: pd.DataFrame, keys: NDArray[np.int64]) -> NDArray[Any]:
     return feat["_id"].to_numpy()[rows_of(feat, keys)]
-
-
-def with_left_ids(edges: pd.DataFrame, feat: pd.DataFrame) -> pd.DataFrame:
-    """At the left documents' partition: distinct pairs with the left id."""
-    pairs = unique_pairs(edges)
-    return pairs.assign(left_id=_ids_at(feat, pairs["left"].to_numpy(np.int64)))
-
-
-def with_right_ids(rows: pd.DataFrame, feat: pd.DataFrame) -> pd.DataFrame:
-    """At the right documents' partition: add the right id."""
-    rows = rows[["left", "right", "left_id"]].reset_index(drop=True)
-    return rows.assign(right_id=_ids_at(feat, rows["right"].to_numpy(np.int64)))
 
 
 def same_text_pairs_with_ids(feat: pd.DataFrame) -> pd.DataFrame:
@@ -364,52 +361,73 @@ def shingle_sets(texts: list[str | None], shingle_size: int,
     return values, out
 
 
-def pairs_with_left(edges: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
+def pairs_with_left(routes: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
                     params: Params) -> pd.DataFrame:
-    """At the partition of each pair's left document: one row per distinct pair, with what scoring
-    it needs from the left side (its signature, and for exact Jaccard its shingle hashes)."""
-    pairs = with_left_ids(edges, feat)
-    rows = rows_of(feat, pairs["left"].to_numpy(np.int64))
+    """At the partition of each pair's left document: one row per distinct pair (`confirm_routes`
+    rows), with the left id and, for pairs to score, what scoring needs from the left side (its
+    signature, and for exact Jaccard its shingle hashes)."""
+    if routes.empty:
+        return left_payload_meta(params, feat["_id"])
+    lo, hi = routes["left"].to_numpy(np.int64), routes["right"].to_numpy(np.int64)
+    same = routes["same"].to_numpy(bool)
+    order = np.lexsort((same, hi, lo))
+    keep = np.ones(len(order), dtype=bool)  # distinct across the bucket ranges that sent them
+    keep[1:] = (np.diff(lo[order]) != 0) | (np.diff(hi[order]) != 0) | (np.diff(same[order]) != 0)
+    take = order[keep]
+    lo, hi, same = lo[take], hi[take], same[take]
+    rows = rows_of(feat, lo)
     sigs = feat[sig_columns(params.num_perm)].to_numpy()[rows]
-    out = pairs.assign(_sig=sig_payload(sigs).values)
+    out = pd.DataFrame({"left": lo, "right": hi, "same": same, "left_id": feat["_id"].to_numpy()[rows]})
+    out = out.assign(_sig=sig_payload(sigs, ~same).values)
     if params.confirm == "estimate":
         return out
     assert part is not None
     texts = texts_of(part[text_column])
-    values, offsets = shingle_sets([texts[r] for r in rows], params.shingle_size, params.shingle_unit)
-    blobs = [values[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(rows))]
+    score = np.flatnonzero(~same)
+    values, offsets = shingle_sets([texts[rows[i]] for i in score], params.shingle_size, params.shingle_unit)
+    blobs: list[bytes] = [b""] * len(out)
+    for j, i in enumerate(score):
+        blobs[i] = values[offsets[j]:offsets[j + 1]].tobytes()
     return out.assign(_shingles=pd.Series(blobs, dtype=object))
 
 
 def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
                    params: Params) -> pd.DataFrame:
-    """At the partition of each pair's right document: every pair's estimate (and exact Jaccard), and
-    whether it reaches the threshold by the chosen confirm mode."""
+    """At the partition of each pair's right document: every pair to score gets its estimate (and
+    exact Jaccard) and whether it reaches the threshold by the chosen confirm mode; same-text pairs
+    are confirmed with similarity 1."""
     from dedup.minhash import pair_estimates
 
-    n = len(rows)
-    if n == 0:
+    if len(rows) == 0:
         return scored_meta(feat["_id"])
-    right_rows = rows_of(feat, rows["right"].to_numpy(np.int64))
+    rows = rows.reset_index(drop=True)
+    same = rows["same"].to_numpy(bool)
+    score = np.flatnonzero(~same)
+    n = len(score)
+    right_keys = rows["right"].to_numpy(np.int64)
+    right_rows = rows_of(feat, right_keys[score])
     cols = sig_columns(params.num_perm)
-    sigs = np.concatenate([payload_sigs(rows["_sig"], params.num_perm), feat[cols].to_numpy(np.uint32)[right_rows]])
-    estimate = pair_estimates(sigs, np.arange(n), np.arange(n, 2 * n))
-    jaccard = np.full(n, np.nan)
+    sigs = np.concatenate([payload_sigs(rows["_sig"].iloc[score], params.num_perm),
+                           feat[cols].to_numpy(np.uint32)[right_rows]])
+    estimate = np.ones(len(rows), dtype=np.float64)
+    estimate[score] = pair_estimates(sigs, np.arange(n), np.arange(n, 2 * n))
+    jaccard = np.full(len(rows), 1.0 if params.confirm == "exact" else np.nan)
+    confirmed = np.ones(len(rows), dtype=bool)
     if params.confirm == "exact":
         assert part is not None
         texts = texts_of(part[text_column])
         b_vals, b_off = shingle_sets([texts[r] for r in right_rows], params.shingle_size, params.shingle_unit)
-        blobs = rows["_shingles"].tolist()
+        blobs = rows["_shingles"].iloc[score].tolist()
         lengths = np.fromiter((len(b) // 8 for b in blobs), dtype=np.int64, count=n)
         a_off = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=a_off[1:])
         a_vals = np.frombuffer(b"".join(blobs), dtype=np.uint64)
-        jaccard = _kernels.sorted_jaccard(a_vals, a_off[:-1], a_off[1:], b_vals, b_off[:-1], b_off[1:])
-        confirmed = jaccard >= params.threshold
+        jaccard[score] = _kernels.sorted_jaccard(a_vals, a_off[:-1], a_off[1:], b_vals, b_off[:-1], b_off[1:])
+        confirmed[score] = jaccard[score] >= params.threshold
     else:
-        confirmed = estimate >= params.threshold
-    return pd.DataFrame({"left": rows["left"].to_numpy(np.int64), "right": rows["right"].to_numpy(np.int64),
-                         "left_id": rows["left_id"].to_numpy(), "right_id": _ids_at(feat, rows["right"].to_numpy(np.int64)),
+        confirmed[score] = estimate[score] >= params.threshold
+    return pd.DataFrame({"left": rows["left"].to_numpy(np.int64), "right": right_keys, "same": same,
+                         "left_id": rows["left_id"].to_numpy(), "right_id": _ids_at(feat, right_keys),
                          "estimate": estimate.astype(np.float32), "jaccard": jaccard.astype(np.float32),
                          "confirmed": confirmed})
 

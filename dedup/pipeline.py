@@ -363,15 +363,31 @@ def _pick(part: pd.DataFrame, feat: pd.DataFrame, keys: NDArray[np.int64], text_
 TOP_CLUSTERS, MEMBERS_SHOWN = 5, 3
 
 
+def _largest(per_root: pd.Series) -> list[tuple[int, Any]]:
+    """The TOP_CLUSTERS largest of (root -> size), ties by the root's text: the same order on every
+    partition and on the client, so the page does not depend on how components are partitioned."""
+    return sorted(zip(per_root.to_numpy().astype(int).tolist(), per_root.index.astype(object)),
+                  key=lambda x: (-x[0], str(x[1])))[:TOP_CLUSTERS]
+
+
 def _cluster_sizes(d: pd.DataFrame) -> pd.DataFrame:
     """Per partition of (doc, root, _id) by component: how many clusters of each size, and the largest ones."""
     per_root = d.groupby("root").size()
     vc = per_root.value_counts()
-    best = per_root.sort_values(ascending=False, kind="stable").head(TOP_CLUSTERS)
+    best = _largest(per_root)
     return pd.DataFrame({"kind": ["size"] * len(vc) + ["top"] * len(best),
-                         "size": list(vc.index) + list(best.to_numpy()),
+                         "size": list(vc.index) + [b[0] for b in best],
                          "count": list(vc.to_numpy()) + [0] * len(best),
-                         "root": [None] * len(vc) + list(best.index.astype(object))})
+                         "root": [None] * len(vc) + [b[1] for b in best]})
+
+
+def _top_members(d: pd.DataFrame) -> pd.DataFrame:
+    """Per partition of (doc, root, _id) by component: the first members (by id) of its largest
+    clusters, for the page (the largest overall are among the largest of some partition)."""
+    rs = [r for _, r in _largest(d.groupby("root").size())]
+    d = d[d["root"].isin(rs)]
+    d = d.assign(_k=d["_id"].astype(object)).sort_values(["root", "_k"], kind="stable") if len(d) else d
+    return d.groupby("root", sort=False).head(MEMBERS_SHOWN + 1)[["doc", "root", "_id"]]
 
 
 def _first_per_record(f: pd.DataFrame) -> pd.DataFrame:
@@ -387,6 +403,8 @@ def _summaries(decided: Decisions, report: Report, protected: ProtectedNgrams | 
     if decided.by_component is not None and report.clusters:
         out["sizes"] = decided.by_component.map_partitions(
             _cluster_sizes, meta={"kind": object, "size": "int64", "count": "int64", "root": object})
+        out["members"] = decided.by_component.map_partitions(_top_members,
+                                                             meta=decided.by_component._meta[["doc", "root", "_id"]])
     if protected is not None and report.contaminated:
         out["examples"] = decided.feat.map_partitions(_first_per_record, meta=decided.feat._meta[["source", "doc", "_id"]])
     return out
@@ -408,15 +426,9 @@ def _report_extras(decided: Decisions, ddf: dd.DataFrame, text_column: str, para
         s = g[g["kind"] == "size"].groupby("size")["count"].sum()
         extras.cluster_sizes = {int(k): int(v) for k, v in s.items()}
         t = g[g["kind"] == "top"]
-        tops = sorted(zip(t["size"].astype(int), t["root"]), key=lambda x: (-x[0], str(x[1])))[:TOP_CLUSTERS]
-        bc = decided.by_component
-
-        def firsts(d: pd.DataFrame, rs: list[Any]) -> pd.DataFrame:
-            d = d[d["root"].isin(rs)]
-            d = d.assign(_k=d["_id"].astype(object)).sort_values(["root", "_k"], kind="stable") if len(d) else d
-            return d.groupby("root", sort=False).head(MEMBERS_SHOWN + 1)[["doc", "root", "_id"]]
-
-        (members,) = compute(bc.map_partitions(firsts, shared([r for _, r in tops]), meta=bc._meta[["doc", "root", "_id"]]))
+        tops = _largest(pd.Series(t["size"].to_numpy(), index=t["root"].astype(object)))
+        members = got["members"]
+        members = members[members["root"].astype(object).isin([r for _, r in tops])]
         wanted += members["doc"].astype(np.int64).tolist()
     examples = got.get("examples")
     if examples is not None:
@@ -500,39 +512,44 @@ def execute(plan: Plan) -> dict[str, Any]:
                     index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
                     spill_dir=f"{staging.url}/_labels")
                 layout = shared((groups, plan.schema))
+                # the shards, the removed list and the page's summaries: one round trip
+                lazy: dict[str, dd.DataFrame] = {}
                 if not plan.dry_run:
-                    with Stage(report, "write") as stage:
-                        columns = ["doc", "source", "_id"] + (["tkey", "tkey2", *frames.sig_columns(params.num_perm)]
-                                                              if write_index else [])
-                        writes = dd.map_partitions(
-                            _write_group, decided.feat[columns], decided.roots, layout, plan.id_column,
-                            plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
-                            meta={"rows": "int64", "indexed": "int64", "bytes": "int64"}, align_dataframes=False)
-                        (w,) = compute(writes, retries=plan.retries)
-                        stage.summary = f"{len(plan.shards)} Parquet shards to the staging directory"
-                        if write_index:
-                            report.index_documents = int(w["indexed"].sum())
-                            report.index_bytes += int(w["bytes"].sum())
-                            staging.write_json(f"{index.INDEX_DIR}/{index.INDEX_META}", index.index_meta(
-                                params, uid=index.new_uid(), id_type=cluster_type(plan.schema, plan.id_column),
-                                partitions=len(plan.groups), bucket_parts=report.bucket_partitions,
-                                id_parts=report.id_partitions,
-                                documents=report.index_documents, nbytes=report.index_bytes,
-                                text_column=plan.text_column, sources=plan.against))
-                            stage.summary += (f"; index of {report.index_documents} kept documents, "
-                                              f"{report.index_bytes / max(1, report.index_documents):.0f} bytes each")
+                    columns = ["doc", "source", "_id"] + (["tkey", "tkey2", *frames.sig_columns(params.num_perm)]
+                                                          if write_index else [])
+                    lazy["shards"] = dd.map_partitions(
+                        _write_group, decided.feat[columns], decided.roots, layout, plan.id_column,
+                        plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
+                        meta={"rows": "int64", "indexed": "int64", "bytes": "int64"}, align_dataframes=False)
+                if plan.write_report:
+                    prot = shared(plan.protected) if plan.protected is not None else None
+                    lazy["removed"] = dd.map_partitions(
+                        _write_removed, decided.feat[["doc", "source", "source_gram", "_id"]], decided.roots,
+                        decided.matches, layout, plan.id_column, prot, staging.url, meta={"rows": "int64"},
+                        align_dataframes=False)
+                    lazy.update(_summaries(decided, report, plan.protected))
+                with Stage(report, "report" if plan.dry_run else "write") as stage:
+                    got = dict(zip(lazy, compute(*lazy.values(), retries=plan.retries)))
+                    listed = f"; {int(got['removed']['rows'].sum())} removed documents listed in {removed.REMOVED}" \
+                        if "removed" in got else ""
+                    stage.summary = (f"{len(plan.shards)} Parquet shards to the staging directory" if "shards" in got
+                                     else "no shards (dry run)") + listed
+                    if write_index:
+                        w = got["shards"]
+                        report.index_documents = int(w["indexed"].sum())
+                        report.index_bytes += int(w["bytes"].sum())
+                        staging.write_json(f"{index.INDEX_DIR}/{index.INDEX_META}", index.index_meta(
+                            params, uid=index.new_uid(), id_type=cluster_type(plan.schema, plan.id_column),
+                            partitions=len(plan.groups), bucket_parts=report.bucket_partitions,
+                            id_parts=report.id_partitions,
+                            documents=report.index_documents, nbytes=report.index_bytes,
+                            text_column=plan.text_column, sources=plan.against))
+                        stage.summary += (f"; index of {report.index_documents} kept documents, "
+                                          f"{report.index_bytes / max(1, report.index_documents):.0f} bytes each")
                 if plan.write_report:
                     with Stage(report, "report") as stage:
-                        prot = shared(plan.protected) if plan.protected is not None else None
-                        writes = dd.map_partitions(
-                            _write_removed, decided.feat[["doc", "source", "source_gram", "_id"]], decided.roots,
-                            decided.matches, layout, plan.id_column, prot, staging.url, meta={"rows": "int64"},
-                            align_dataframes=False)
-                        summaries = _summaries(decided, report, plan.protected)
-                        w, *got = compute(writes, *summaries.values(), retries=plan.retries)
-                        extras = _report_extras(decided, ddf, plan.text_column, params, plan.protected,
-                                                dict(zip(summaries, got)))
-                        stage.summary = f"{int(w['rows'].sum())} removed documents listed in {removed.REMOVED}"
+                        extras = _report_extras(decided, ddf, plan.text_column, params, plan.protected, got)
+                        stage.summary = "the largest clusters and examples for the page"
                 staging.remove("_features")
                 staging.remove("_labels")
             except Exception as exc:

@@ -50,9 +50,10 @@ def _load_kernels() -> None:
 
     from dedup import frames
     from dedup.config import Params
+    from dedup.text import TEXT_DTYPE
 
-    frames.features(pd.DataFrame({"id": ["a"], "text": ["warm up the compiled kernels of dedup"]}), "id", "text",
-                    Params(), None)
+    frames.features(pd.DataFrame({"id": ["a"], "text": pd.Series(["warm up the compiled kernels of dedup"],
+                                                                   dtype=TEXT_DTYPE)}), "id", "text", Params(), None)
 
 
 def warm_up(client: Any) -> list[Any]:

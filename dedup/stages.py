@@ -256,45 +256,44 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
             params: Params, n_new: int | None = None) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, Any]]:
     """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
     document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
-    then to its right document's, where it is scored. Same-text edges join them unscored
-    (similarity 1). Returns the persisted graph (left, right) the components are made of, the
-    persisted confirmed pairs with their similarities (left, right, estimate, jaccard), and counts
-    with a histogram of every candidate's similarity. Partitions from `n_new` on are earlier indexes'
+    then to its right document's, where it is scored. Same-text edges of buckets travel the same
+    two hops (collecting both ids) and are confirmed unscored (similarity 1), as are the same-text
+    pairs inside each partition. Returns the persisted graph (left, right) the components are made
+    of, the persisted confirmed pairs with their similarities (left, right, estimate, jaccard), and
+    counts with a histogram of every candidate's similarity. Partitions from `n_new` on are earlier indexes'
     documents (never paired with each other)."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
-    cand = edges[edges["kind"] != frames.KIND_SAME_TEXT].map_partitions(frames.unique_pairs, meta=frames.PAIR_META)
+    routes = edges.map_partitions(frames.confirm_routes, meta=frames.ROUTED_META)
     src = None if params.confirm == "estimate" else texts
-    at_left = dd.map_partitions(frames.pairs_with_left, route(cand, "left", n), feat, src, text_column, params,
+    at_left = dd.map_partitions(frames.pairs_with_left, route(routes, "left", n), feat, src, text_column, params,
                                 meta=frames.left_payload_meta(params, id_meta), align_dataframes=False)
     scored = dd.map_partitions(frames.score_at_right, route(at_left, "right", n), feat, src, text_column, params,
                                meta=frames.scored_meta(id_meta), align_dataframes=False).persist()
-    id_pair_meta = frames.PAIR_META.assign(left_id=id_meta.iloc[:0])
-    same_left = dd.map_partitions(frames.with_left_ids, route(edges[edges["kind"] == frames.KIND_SAME_TEXT][
-        ["left", "right"]], "left", n), feat, meta=id_pair_meta, align_dataframes=False)  # one row per pair
-    same_bucket = dd.map_partitions(frames.with_right_ids, route(same_left, "right", n), feat,
-                                    meta=id_pair_meta.assign(right_id=id_meta.iloc[:0]), align_dataframes=False)
-    same_local = feat.partitions[:n_new].map_partitions(frames.same_text_pairs_with_ids,
-                                                        meta=id_pair_meta.assign(right_id=id_meta.iloc[:0]))
-    same = dd.concat([same_bucket, same_local])
+    same_local = feat.partitions[:n_new].map_partitions(frames.same_text_pairs_with_ids, meta=frames.PAIR_META.assign(
+        left_id=id_meta.iloc[:0], right_id=id_meta.iloc[:0]))
     columns = ["left", "right", "left_id", "right_id", "estimate", "jaccard"]
-    confirmed = scored[scored["confirmed"]][columns]
     ones = {"estimate": np.float32(1.0), "jaccard": np.float32(1.0 if params.confirm == "exact" else np.nan)}
-    pairs = dd.concat([confirmed, same.assign(**ones)[columns]]).persist()
+    pairs = dd.concat([scored[scored["confirmed"]][columns], same_local.assign(**ones)[columns]]).persist()
     graph = pairs[["left", "right"]]
 
     def tally(d: pd.DataFrame) -> pd.DataFrame:
         column = "jaccard" if params.confirm == "exact" else "estimate"
-        hist = np.histogram(d[column].to_numpy(np.float64), bins=SIMILARITY_BINS, range=(0.0, 1.0))[0]
-        return pd.DataFrame({"candidates": [len(d)], "confirmed": [int(d["confirmed"].sum())], "hist": [hist]})
+        same = d["same"].to_numpy(bool)
+        cand = d[~same]
+        hist = np.histogram(cand[column].to_numpy(np.float64), bins=SIMILARITY_BINS, range=(0.0, 1.0))[0]
+        return pd.DataFrame({"candidates": [len(cand)], "confirmed": [int(cand["confirmed"].sum())],
+                             "same": [int(same.sum())], "hist": [hist]})
 
-    (c, s) = compute(scored.map_partitions(tally, meta={"candidates": "int64", "confirmed": "int64", "hist": object}),
-                     same.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"}))
+    (c, s) = compute(scored.map_partitions(tally, meta={"candidates": "int64", "confirmed": "int64", "same": "int64",
+                                                        "hist": object}),
+                     pairs.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"}))
     hist = np.sum(np.stack(c["hist"].to_list()), axis=0) if len(c) else np.zeros(SIMILARITY_BINS, np.int64)
-    counts: dict[str, Any] = {"candidate_pairs": int(c["candidates"].sum()), "confirmed_pairs": int(c["confirmed"].sum()),
-                              "same_text_pairs": int(s["n"].sum()), "similarity_histogram": [int(x) for x in hist]}
-    counts["graph_edges"] = counts["confirmed_pairs"] + counts["same_text_pairs"]
+    confirmed, edges_total = int(c["confirmed"].sum()), int(s["n"].sum())
+    counts: dict[str, Any] = {"candidate_pairs": int(c["candidates"].sum()), "confirmed_pairs": confirmed,
+                              "same_text_pairs": edges_total - confirmed, "graph_edges": edges_total,
+                              "similarity_histogram": [int(x) for x in hist]}
     return graph, pairs, counts
 
 
