@@ -30,7 +30,7 @@ from dedup import shards as shards_mod
 from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
 from dedup.decontam import PathLike, ProtectedNgrams
 from dedup.plan import Plan, Report, Stage, prepare
-from dedup.runtime import compute, shared
+from dedup.runtime import active_client, compute, shared
 from dedup.safety import MANIFEST, UsageError
 from dedup.staging import deferred_interrupts
 from dedup.text import TEXT_DTYPE
@@ -410,13 +410,24 @@ def _summaries(decided: Decisions, report: Report, protected: ProtectedNgrams | 
     return out
 
 
+def _member_scores(pairs: list[tuple[str, str]], params: Params) -> list[tuple[float, float]]:
+    """(MinHash estimate, exact Jaccard) of each (root text, member text), for the page."""
+    from dedup.minhash import estimate, signatures
+    from dedup.text import jaccard, shingles
+
+    out = []
+    for a, b in pairs:
+        sigs = signatures([a, b], num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size,
+                          shingle_unit=params.shingle_unit)
+        out.append((float(estimate(sigs[0], sigs[1])), jaccard(shingles(a, params.shingle_size, params.shingle_unit),
+                                                               shingles(b, params.shingle_size, params.shingle_unit))))
+    return out
+
+
 def _report_extras(decided: Decisions, ddf: dd.DataFrame, text_column: str, params: Params,
                    protected: ProtectedNgrams | None, got: dict[str, pd.DataFrame]) -> report_page.Extras:
     """The small summaries the report page needs: cluster sizes, the largest clusters with a few members
     (their texts and similarities to the root), and one example document per top protected record."""
-    from dedup.minhash import estimate, signatures
-    from dedup.text import jaccard, shingles
-
     extras = report_page.Extras()
     wanted: list[int] = []
     tops: list[tuple[int, Any]] = []
@@ -446,20 +457,23 @@ def _report_extras(decided: Decisions, ddf: dd.DataFrame, text_column: str, para
                                          align_dataframes=False))
     text_of = dict(zip(texts["doc"].astype(np.int64), texts["text"]))
     if members is not None:
+        shown: list[tuple[report_page.ClusterView, Any, str]] = []
         for size, root in tops:
             rows = members[members["root"] == root]
             root_rows = rows[rows["_id"].astype(object) == root]
             root_text = (text_of.get(int(root_rows["doc"].iloc[0]), "") if len(root_rows) else "") or ""
             view = report_page.ClusterView(root, int(size), root_text)
             others = rows[rows["_id"].astype(object) != root].head(MEMBERS_SHOWN)
-            for doc, ident in zip(others["doc"].astype(np.int64), others["_id"]):
-                t = text_of.get(int(doc), "") or ""
-                sigs = signatures([root_text, t], num_perm=params.num_perm, seed=params.seed,
-                                  shingle_size=params.shingle_size, shingle_unit=params.shingle_unit)
-                view.members.append({"id": ident, "text": t, "estimate": float(estimate(sigs[0], sigs[1])),
-                                     "jaccard": jaccard(shingles(root_text, params.shingle_size, params.shingle_unit),
-                                                        shingles(t, params.shingle_size, params.shingle_unit))})
+            shown += [(view, ident, text_of.get(int(doc), "") or "")
+                      for doc, ident in zip(others["doc"].astype(np.int64), others["_id"])]
             extras.clusters.append(view)
+        # scored where the kernels are loaded already (a client would load them for a dozen pairs)
+        client = active_client()
+        pairs = [(view.root_text, t) for view, _, t in shown]
+        scores = (client.submit(_member_scores, pairs, params, pure=False).result() if client is not None and pairs
+                  else _member_scores(pairs, params))
+        for (view, ident, t), (est, jac) in zip(shown, scores):
+            view.members.append({"id": ident, "text": t, "estimate": est, "jaccard": jac})
     if examples is not None and protected is not None:
         for rec, doc in zip(examples["source"].astype(int), examples["doc"].astype(np.int64)):
             key = (protected.files[protected.record_file[rec]], protected.record_labels[rec])

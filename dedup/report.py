@@ -48,8 +48,7 @@ class Extras:
 
 def prefetch() -> None:
     """Get the client ready to write the page in a background thread while the cluster works:
-    import matplotlib and draw a figure with text once (fonts load on the first draw, about 1.5 s
-    in a fresh process), and load the kernels that score the members shown (about 0.3 s)."""
+    import matplotlib and draw a figure with text once (fonts load on the first draw)."""
     global _PREFETCH
 
     def load() -> None:
@@ -59,12 +58,9 @@ def prefetch() -> None:
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
 
-            from dedup.minhash import signatures
-
             fig, ax = plt.subplots(figsize=(1, 1))
             ax.set_xlabel("warm up")
             _svg(fig)
-            signatures(["warm up the report", "warm up"])
         except Exception as exc:  # the page is drawn without it; a real problem shows there
             log.debug("report prefetch failed: %s", exc)
 
