@@ -149,6 +149,12 @@ def _local_reps(feat: pd.DataFrame) -> tuple[pd.DataFrame, NDArray[np.int64]]:
     return active, rep
 
 
+def band_documents(feat: pd.DataFrame) -> NDArray[np.int64]:
+    """Keys of the partition's documents that get band rows (`long_form`): active representatives."""
+    active, rep = _local_reps(feat)
+    return active["doc"].to_numpy(np.int64)[active["doc"].to_numpy(np.int64) == rep]
+
+
 def same_text_edges(feat: pd.DataFrame) -> pd.DataFrame:
     """Edges (representative -> doc) between documents with the same words inside one partition."""
     active, rep = _local_reps(feat)

@@ -5,17 +5,21 @@ An on-disk LSH index, written by the workers while the job runs, read back by `-
     _index/index.json           parameters' fingerprint, id type, layout, counts, earlier indexes
     _index/bands/part-M.parquet (band, key, doc) of this run's documents whose band key k falls in
                                 bucket range M (k // step == M), sorted by key
-    _index/docs/part-P.parquet  (doc, id, tkey, tkey2, signature, file, row) of each document this
-                                run kept, input partition P, sorted by doc: its text hashes, its
-                                signature, and where it is in OUTPUT
+    _index/docs/part-P.parquet  (doc, id, root, tkey, tkey2, signature, file, row) of each document
+                                this run kept and of each near duplicate it found (with the
+                                band rows of its text), input partition P, sorted by doc: its
+                                cluster's root id (its own id when kept), its text hashes, its
+                                signature, and where it is in OUTPUT (null when it was dropped)
     _index/ids/part-M.parquet   (h, id) of every document this run read, kept or not, whose id
                                 hash h (`dedup.hashing.id_hashes`) falls in range M, sorted by h
 
 `doc` is the run's own document key (partition << 32 | row). The band files are range
 partitioned exactly like the bucket shuffle, so a later run joins each of its bucket partitions
-with the index rows of the same key range, without shuffling the index. A band row whose
-document is not in the docs files (a document the run removed) is never matched. A run made
-with `--against` references the earlier indexes in its index.json instead of copying them.
+with the index rows of the same key range, without shuffling the index. A later run treats an
+indexed near duplicate as its root (whose id it takes): a new document like it joins that
+cluster, as it would in one run over both. A band row whose document is not in the docs files
+(a contaminated document, or a same-text copy) is never matched. A run made with `--against`
+references the earlier indexes in its index.json instead of copying them.
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ from dedup.text import TEXT_DTYPE
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
 BANDS, DOCS, IDS = "bands", "docs", "ids"
-FORMAT = 1
+FORMAT = 2
+FORMATS_READ = (1, 2)
+"""Format 1 indexes hold kept documents only (no `root` column): they are read as they are."""
 INDEX_PARAMS = ("num_perm", "num_bands", "rows_per_band", "shingle_size", "shingle_unit", "seed")
 """The parameters a signature and its band keys depend on: an index is usable only when they match."""
 KEY_SPACE = 1 << 64
@@ -146,8 +152,9 @@ def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[
         if meta is None:
             raise UsageError(f"--against {out}: it has no {INDEX_DIR}/{INDEX_META} (made with --no-index, with "
                              "decontaminate only, or by an older dedup); run it again to build one.")
-        if meta.get("format") != FORMAT:
-            raise UsageError(f"--against {out}: index format {meta.get('format')!r}, this dedup reads {FORMAT}.")
+        if meta.get("format") not in FORMATS_READ:
+            raise UsageError(f"--against {out}: index format {meta.get('format')!r}, this dedup reads "
+                             f"{' and '.join(map(str, FORMATS_READ))}.")
         if meta.get("fingerprint") != index_fingerprint(params):
             raise UsageError(f"--against {out}: its index was made with {_describe(meta.get('params', {}))}; this run "
                              f"has {_describe(want)}. Run with the index's parameters, or without --against.")
@@ -205,7 +212,7 @@ def _write_sorted(table: pa.Table, key: str, path_url: str, row_group: int = 64 
 
 
 def write_docs(table: pa.Table, root: str, p: int) -> int:
-    """Write one input partition's kept documents (`docs_table`); bytes written."""
+    """Write one input partition's index documents (`docs_table`); bytes written."""
     return _write_sorted(table, "doc", docs_file(root, p), DOCS_ROW_GROUP)
 
 
@@ -358,8 +365,10 @@ def _signatures(column: pa.ChunkedArray, num_perm: int) -> NDArray[np.uint32]:
 
 def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dtype: Any,
                    partition_info: dict[str, Any] | None = None) -> Any:
-    """At an index partition: the features of the kept documents named by `rows` (matched band rows),
-    read from the index's docs file (and, for exact Jaccard, their texts from the earlier output)."""
+    """At an index partition: the features of the indexed documents named by `rows` (matched band
+    rows), read from the index's docs file (and, for exact Jaccard, their texts from the earlier
+    output). An indexed near duplicate carries its root's id as `_id`: it stands for that cluster.
+    Without its text in the earlier output (it was dropped), exact Jaccard leaves it out."""
     import fsspec
     import pandas as pd
     import pyarrow.parquet as pq
@@ -376,15 +385,20 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     with fs.open(path, "rb") as fh:
         pf = pq.ParquetFile(fh)
         columns = ["doc", "id", "tkey", "tkey2", "signature", "file", "row"]
+        if "root" in pf.schema_arrow.names:
+            columns.append("root")
         groups = _groups_holding(pf, need)
         table = pf.read_row_groups(groups, columns=columns) if groups else pf.schema_arrow.empty_table().select(columns)
     docs = table.column("doc").to_numpy()
     pos = np.minimum(np.searchsorted(docs, need), max(len(docs) - 1, 0))
     ok = (docs[pos] == need) if len(docs) else np.zeros(len(need), dtype=bool)
+    if exact and len(docs):  # a duplicate the earlier run dropped has no text to compare with
+        ok &= table.column("file").is_valid().to_numpy(zero_copy_only=False)[pos]
     taken = table.take(pa.array(pos[ok]))
     n = taken.num_rows
+    ids = taken.column("root" if "root" in taken.column_names else "id")
     out = pd.DataFrame({
-        "_id": pd.Series(taken.column("id").to_numpy(zero_copy_only=False), dtype=meta["_id"].dtype),
+        "_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=meta["_id"].dtype),
         "doc": need[ok] + offset, "tkey": taken.column("tkey").to_numpy(),
         "tkey2": taken.column("tkey2").to_numpy(), "source": np.full(n, CLEAN, np.int32),
         "source_gram": np.full(n, -1, np.int64)})
@@ -431,13 +445,15 @@ def kept_rows(rows: Any, feat: Any) -> Any:
     return out[list(LONG_META.columns)].reset_index(drop=True)
 
 
-def docs_table(ids: Any, keys: NDArray[np.int64], tkeys: tuple[NDArray[np.uint64], NDArray[np.uint64]],
-               sigs: NDArray[np.uint32], files: list[str], rows: NDArray[np.int64], id_type: pa.DataType) -> pa.Table:
-    """The index rows of one partition's kept documents: key, id, text hashes, signature, and where
-    it is in OUTPUT."""
+def docs_table(ids: Any, roots: Any, keys: NDArray[np.int64], tkeys: tuple[NDArray[np.uint64], NDArray[np.uint64]],
+               sigs: NDArray[np.uint32], files: list[str | None], rows: NDArray[np.int64], id_type: pa.DataType) -> pa.Table:
+    """The index rows of one partition's documents: key, id, its cluster's root id, text hashes,
+    signature, and where it is in OUTPUT (file None: not written there)."""
     width = 4 * sigs.shape[1] if sigs.ndim == 2 else 0
     blob = np.ascontiguousarray(sigs.astype("<u4")).view(np.uint8).reshape(-1)
     sig = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(keys), [None, pa.py_buffer(blob.tobytes())])
-    return pa.table({"doc": pa.array(keys, pa.int64()), "id": pa.array(ids, id_type),
+    written = pa.array([f is not None for f in files], pa.bool_())
+    return pa.table({"doc": pa.array(keys, pa.int64()), "id": pa.array(ids, id_type), "root": pa.array(roots, id_type),
                      "tkey": pa.array(tkeys[0], pa.uint64()), "tkey2": pa.array(tkeys[1], pa.uint64()), "signature": sig,
-                     "file": pa.array(files, pa.string()).dictionary_encode(), "row": pa.array(rows, pa.int64())})
+                     "file": pa.array(files, pa.string()).dictionary_encode(),
+                     "row": pa.array(rows, pa.int64(), mask=~written.to_numpy(zero_copy_only=False))})

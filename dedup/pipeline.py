@@ -304,17 +304,22 @@ def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[l
         written += table.num_rows
     if offset != len(feat):
         raise RuntimeError(f"Input files {[s.path for s in group]} changed during the run (row counts differ).")
-    indexed = nbytes = 0
+    indexed = absorbed = nbytes = 0
     if num_perm is not None:
         own = feat["_id"].to_numpy(dtype=cluster.dtype)
-        take = np.flatnonzero(keep & (cluster == own))
+        root = keep & (cluster == own)
+        # the kept documents, and the near duplicates found (those with band rows): a later run
+        # that finds a document like one of them puts it in the same cluster
+        take = np.flatnonzero(root | (np.isin(feat["doc"].to_numpy(np.int64), frames.band_documents(feat)) & ~root))
         sigs = feat[frames.sig_columns(num_perm)].to_numpy(np.uint32)[take]
         tkeys = (feat["tkey"].to_numpy(np.uint64)[take], feat["tkey2"].to_numpy(np.uint64)[take])
-        table = index.docs_table(own[take].tolist(), feat["doc"].to_numpy(np.int64)[take], tkeys, sigs,
-                                 out_file[take].tolist(), out_row[take], cluster_type(schema, id_column))
+        files = [f if k else None for f, k in zip(out_file[take].tolist(), keep[take])]
+        table = index.docs_table(own[take].tolist(), cluster[take].tolist(), feat["doc"].to_numpy(np.int64)[take], tkeys,
+                                 sigs, files, out_row[take], cluster_type(schema, id_column))
         nbytes = index.write_docs(table, f"{staging_url}/{index.INDEX_DIR}", partition_info["number"])
-        indexed = table.num_rows
-    return pd.DataFrame({"rows": [written], "indexed": [indexed], "bytes": [nbytes]})
+        indexed = int(root.sum())
+        absorbed = table.num_rows - indexed
+    return pd.DataFrame({"rows": [written], "indexed": [indexed], "absorbed": [absorbed], "bytes": [nbytes]})
 
 
 def _locator(groups: list[list[shards_mod.Shard]]) -> Callable[[int], tuple[str, int]]:
@@ -534,7 +539,7 @@ def execute(plan: Plan) -> dict[str, Any]:
                     lazy["shards"] = dd.map_partitions(
                         _write_group, decided.feat[columns], decided.roots, layout, plan.id_column,
                         plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
-                        meta={"rows": "int64", "indexed": "int64", "bytes": "int64"}, align_dataframes=False)
+                        meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64"}, align_dataframes=False)
                 if plan.write_report:
                     prot = shared(plan.protected) if plan.protected is not None else None
                     lazy["removed"] = dd.map_partitions(
@@ -558,8 +563,9 @@ def execute(plan: Plan) -> dict[str, Any]:
                             id_parts=report.id_partitions,
                             documents=report.index_documents, nbytes=report.index_bytes,
                             text_column=plan.text_column, sources=plan.against))
-                        stage.summary += (f"; index of {report.index_documents} kept documents, "
-                                          f"{report.index_bytes / max(1, report.index_documents):.0f} bytes each")
+                        stage.summary += (f"; index of {report.index_documents} kept documents (and "
+                                          f"{int(w['absorbed'].sum())} near duplicates of them), "
+                                          f"{report.index_bytes / max(1, report.index_documents):.0f} bytes a kept document")
                 if plan.write_report:
                     with Stage(report, "report") as stage:
                         extras = _report_extras(decided, ddf, plan.text_column, params, plan.protected, got)

@@ -1,8 +1,11 @@
 """Incremental runs: OUTPUT/_index/, --against, --skip-existing, on a real cluster and real Parquet.
 
 The reference is computed in memory, independently of the index: LSH candidates and confirmation
-over (the documents the first run kept) + (the new documents), pairs between two kept documents
-ignored, and each component's root its smallest kept id if it has one, else its smallest id.
+over (the documents the earlier runs kept, and the near duplicates they removed) + (the new
+documents), pairs between two earlier documents ignored. An earlier near duplicate stands for its
+cluster's root, so each component's root is the smallest root id of its earlier documents if it
+has one, else its smallest id. With exact Jaccard only the earlier documents whose text is in
+their output take part (a dropped duplicate's text is gone).
 """
 
 from __future__ import annotations
@@ -27,8 +30,25 @@ from dedup.unionfind import components
 from tests.conftest import write_shards
 
 
+def indexed(inputs: list[pd.DataFrame], outputs: list[Path], params: Params) -> pd.DataFrame:
+    """(id, text, root) of what earlier runs indexed: the documents each kept (root: its own id) and
+    the near duplicates each found (root: its cluster's); of those it dropped, texts from the
+    inputs, and none with exact Jaccard."""
+    written = pd.concat([pd.read_parquet(o)[["id", "text", "minhash_cluster"]] for o in outputs], ignore_index=True)
+    found = written.rename(columns={"minhash_cluster": "root"})
+    if params.confirm == "exact":
+        return found.reset_index(drop=True)
+    text = pd.concat(inputs, ignore_index=True).set_index("id")["text"]
+    removed = pd.concat([pd.read_parquet(o / "_report" / "removed.parquet") for o in outputs], ignore_index=True)
+    removed = removed[(removed["reason"] == "near_duplicate") & ~removed["id"].isin(found["id"])]
+    dropped = pd.DataFrame({"id": removed["id"], "text": text.reindex(removed["id"]).to_numpy(), "root": removed["root"]})
+    return pd.concat([found, dropped], ignore_index=True)
+
+
 def reference(kept: pd.DataFrame, new: pd.DataFrame, params: Params) -> dict[str, str]:
-    """minhash_cluster of every new document under the indexed-documents-win rule."""
+    """minhash_cluster of every new document under the indexed-documents-win rule; `kept` (id,
+    text, root) is what earlier runs indexed (a root of its own when it has no root column)."""
+    roots = list(kept["root"]) if "root" in kept else list(kept["id"])
     ids = list(kept["id"]) + list(new["id"])
     texts = list(kept["text"]) + list(new["text"])
     sigs = signatures(texts, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size,
@@ -44,7 +64,7 @@ def reference(kept: pd.DataFrame, new: pd.DataFrame, params: Params) -> dict[str
         comp.setdefault(lab, []).append(m)
     root = {i: ids[i] for i in range(len(ids))}
     for group in comp.values():
-        old = [ids[i] for i in group if i < n_old]
+        old = [roots[i] for i in group if i < n_old]
         r = min(old) if old else min(ids[i] for i in group)
         for i in group:
             root[i] = r
@@ -69,14 +89,14 @@ def test_second_run_equals_reference_and_indexed_documents_survive(client, tmp_p
     first, second, _ = split
     params = Params(confirm=confirm)
     m1 = run(str(write_shards(first, tmp_path / "crawl1", 3)), str(tmp_path / "out1"), params=params)
-    kept = pd.read_parquet(tmp_path / "out1")[["id", "text"]]
-    assert m1["index"]["documents"] == len(kept) == m1["output_rows"]
+    kept = indexed([first], [tmp_path / "out1"], params)
+    assert m1["index"]["documents"] == (kept["id"] == kept["root"]).sum() == m1["output_rows"]
     m2 = run(str(write_shards(second, tmp_path / "crawl2", 2)), str(tmp_path / "out2"), params=params, drop=False,
              against=[str(tmp_path / "out1")])
     got = _clusters(tmp_path / "out2")
     want = reference(kept, second, params)
     assert got == want
-    of_old = sum(1 for r in want.values() if r in set(kept["id"]))
+    of_old = sum(1 for r in want.values() if r in set(kept["root"]))
     assert of_old > 10  # the split leaves many new documents near a kept one
     assert m2["near_duplicates_of_indexed"] == of_old
     assert m2["near_duplicates_found"] == sum(1 for i, r in want.items() if i != r)
@@ -101,13 +121,13 @@ def test_index_round_trip_through_a_third_run(client, tmp_path: Path, split) -> 
     # out2's index references out1's: giving out2 alone compares with both
     m3 = run(str(write_shards(third, tmp_path / "c3", 2)), str(tmp_path / "out3"), params=params, drop=False,
              against=[str(tmp_path / "out2")])
-    kept = pd.concat([pd.read_parquet(tmp_path / "out1"), pd.read_parquet(tmp_path / "out2")])[["id", "text"]]
-    assert _clusters(tmp_path / "out3") == reference(kept.reset_index(drop=True), third, params)
-    assert m3["indexed_documents"] == len(kept)
+    kept = indexed([first, second], [tmp_path / "out1", tmp_path / "out2"], params)
+    assert _clusters(tmp_path / "out3") == reference(kept, third, params)
+    assert m3["indexed_documents"] == (kept["id"] == kept["root"]).sum()
     # naming both (the chain and its start) is the same index, read once
     m3b = run(str(tmp_path / "c3"), str(tmp_path / "out3b"), params=params, drop=False,
               against=[str(tmp_path / "out1"), str(tmp_path / "out2")])
-    assert m3b["indexed_documents"] == len(kept)
+    assert m3b["indexed_documents"] == m3["indexed_documents"]
     assert _clusters(tmp_path / "out3b") == _clusters(tmp_path / "out3")
 
 
@@ -188,7 +208,36 @@ def test_docs_read_by_row_group_give_the_same_answer(tmp_path: Path, split, monk
         run(str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"))
         docs = pq.ParquetFile(tmp_path / "out1" / INDEX_DIR / "docs" / "part-000000.parquet")
         assert docs.metadata.num_row_groups > 10
-        kept = pd.read_parquet(tmp_path / "out1")[["id", "text"]]
+        kept = indexed([first], [tmp_path / "out1"], Params())
         run(str(write_shards(second, tmp_path / "c2", 1)), str(tmp_path / "out2"), drop=False,
             against=[str(tmp_path / "out1")])
     assert _clusters(tmp_path / "out2") == reference(kept, second, Params())
+
+
+def test_a_new_document_near_only_a_dropped_duplicate_joins_its_cluster(client, tmp_path: Path) -> None:
+    """r <- d (dropped by the first run) <- n: n is near d (estimate 0.85) but not r (0.71). One run
+    over all three puts n in r's cluster; so does a run over n against the first output, whose
+    index keeps d as a stand-in for r. With exact Jaccard d's text is gone with it, and n stays."""
+    rng = np.random.default_rng(7)
+    words = [f"w{x}" for x in rng.integers(0, 10**6, 200)]
+
+    def edit(ws: list[str], lo: int, tag: str) -> list[str]:
+        return ws[:lo] + [f"{tag}{i}" for i in range(8)] + ws[lo + 8:]
+
+    r, d = words, edit(words, 10, "x")
+    n = edit(d, 180, "y")
+    filler = [" ".join(f"f{j}v{i}" for i in range(40)) for j in range(6)]
+    first = pd.DataFrame({"id": ["a-root", "b-dup", *[f"c{j}" for j in range(6)]],
+                          "text": [" ".join(r), " ".join(d), *filler]})
+    second = pd.DataFrame({"id": ["z-new"], "text": [" ".join(n)]})
+    for confirm, want in (("estimate", "a-root"), ("exact", "z-new")):
+        params = Params(confirm=confirm)
+        out1, out2 = tmp_path / f"{confirm}-1", tmp_path / f"{confirm}-2"
+        run(str(write_shards(first, tmp_path / f"{confirm}-c1", 2)), str(out1), params=params)
+        assert set(pd.read_parquet(out1)["id"]) == set(first["id"]) - {"b-dup"}
+        run(str(write_shards(second, tmp_path / f"{confirm}-c2", 1)), str(out2), params=params, drop=False,
+            against=[str(out1)])
+        assert _clusters(out2) == {"z-new": want}
+        every = run(str(write_shards(pd.concat([first, second]), tmp_path / f"{confirm}-all", 2)),
+                    str(tmp_path / f"{confirm}-all-out"), params=params, drop=False)
+        assert every["near_duplicates_found"] == 2  # one run over all: d and n join r either way
