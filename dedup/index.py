@@ -334,16 +334,29 @@ def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str,
         table = read_bands(part, m, parts)
         if table.num_rows == 0:
             continue
-        hit = np.isin(table.column("key").to_numpy(), keys)
-        if not hit.any():
+        at = _positions_of(table.column("key").to_numpy(), keys)
+        if not len(at):
             continue
-        rows = table.filter(pa.array(hit)).to_pandas().merge(want, on=["band", "key"])
+        rows = table.take(pa.array(at)).to_pandas().merge(want, on=["band", "key"])
         rows["doc"] = rows["doc"].to_numpy(np.int64) + np.int64(start << ROW_BITS)
         rows["tkey"] = rows["tkey2"] = np.uint64(0)  # from the docs file, at the document's partition
         found.append(rows[list(LONG_META.columns)])
     if not found:
         return LONG_META.copy()
     return pd.concat(found, ignore_index=True).astype(LONG_META.dtypes.to_dict())
+
+
+def _positions_of(column: NDArray[np.uint64], keys: NDArray[np.uint64]) -> NDArray[np.int64]:
+    """Positions in `column` of the values in the sorted unique `keys`: by binary search for each key
+    when `column` is sorted (a band file is, unless a range spans several files), else by a scan."""
+    if len(column) and not (column[1:] >= column[:-1]).all():
+        return np.flatnonzero(np.isin(column, keys))
+    lo = np.searchsorted(column, keys, "left")
+    hi = np.searchsorted(column, keys, "right")
+    n = hi - lo
+    has = n > 0
+    lo, n = lo[has], n[has]
+    return np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum(), dtype=np.int64)
 
 
 def features_meta(num_perm: int, id_dtype: Any) -> Any:

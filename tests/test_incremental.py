@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dedup import Params
 from dedup.index import INDEX_DIR, INDEX_META
@@ -241,3 +243,15 @@ def test_a_new_document_near_only_a_dropped_duplicate_joins_its_cluster(client, 
         every = run(str(write_shards(pd.concat([first, second]), tmp_path / f"{confirm}-all", 2)),
                     str(tmp_path / f"{confirm}-all-out"), params=params, drop=False)
         assert every["near_duplicates_found"] == 2  # one run over all: d and n join r either way
+
+
+@given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(0, 40), max_size=12), st.booleans())
+def test_band_rows_are_found_by_binary_search_or_scan(column: list[int], keys: list[int], shuffled: bool) -> None:
+    """The rows of an index band file holding wanted keys: a sorted file is searched, any other scanned."""
+    from dedup.index import _positions_of
+
+    col = np.sort(np.array(column, dtype=np.uint64))
+    if shuffled:
+        col = np.random.default_rng(len(column)).permutation(col)
+    want = np.unique(np.array(keys, dtype=np.uint64))
+    assert _positions_of(col, want).tolist() == np.flatnonzero(np.isin(col, want)).tolist()
