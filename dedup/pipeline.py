@@ -3,7 +3,7 @@
 `analyse` runs the stages of `dedup.stages` top to bottom, each logging one line with its
 counts and seconds:
 
-    features -> [contamination] -> unique ids -> buckets -> confirm -> components -> roots
+    features (and unique ids) -> [contamination] -> buckets -> confirm -> components -> roots
 
 and `execute` writes every input file back through Arrow with the decisions of its rows, then
 commits OUTPUT atomically. `process`, `near_dedup` and `decontaminate` do the same on a Dask
@@ -81,16 +81,28 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     run's index band files there. `spill_dir`: where client components leave their labels."""
     if components not in COMPONENT_MODES:
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
-    with Stage(report, "features") as stage:
-        feat, c = stages.features(ddf, id_column=id_column, text_column=text_column, params=params,
-                                  protected=protected, features_dir=features_dir)
+    with Stage(report, "features") as stage:  # and the ids' check: one round trip for both
+        feat, lazy_counts = stages.features(ddf, id_column=id_column, text_column=text_column, params=params,
+                                            protected=protected, features_dir=features_dir)
+        conflicts, k, lazy_ids = stages.id_conflicts(feat, npartitions, against=against, index_out=index_out)
+        fc, ic, sample = compute(lazy_counts, *lazy_ids)
+        c = stages.feature_counts(fc)
         if c["null_ids"]:
             located = io.null_id_rows(null_id_files, id_column) if null_id_files else []
             where = "; first at " + ", ".join(f"{f} row {r}" for f, r in located) if located else ""
             raise ValueError(f"{c['null_ids']} document(s) have a null id in column {id_column!r}{where}. "
                              "Every document needs a unique id.")
         report.input_rows, report.contaminated = c["rows"], c["contaminated"]
-        stage.summary = f"{report.input_rows} rows in {ddf.npartitions} partitions, {report.contaminated} contaminated"
+        c, sample = stages.conflict_counts(k, ic, sample)
+        report.id_partitions = c["id_partitions"]
+        stages.check_unique_ids(sample[sample["kind"] == 0], id_column, locate, c["repeated"])
+        stage.summary = (f"{report.input_rows} rows in {ddf.npartitions} partitions, {report.contaminated} "
+                         "contaminated; every id occurs once")
+        if against:
+            feat = _existing_ids(feat, conflicts, c["existing"], sample[sample["kind"] == 1], id_column, locate,
+                                 skip_existing, report)
+            stage.summary += (f"; {report.skipped_existing} already read by an earlier run, skipped"
+                              if report.skipped_existing else "; none was read by an earlier run")
     if protected is not None:
         with Stage(report, "contamination") as stage:
             got = stages.contamination(ddf, feat, protected, text_column, report.input_rows, report.contaminated)
@@ -98,16 +110,6 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             report.contaminated_by_record = got["by_record"]
             report.contaminated_records = got["records"]
             stage.summary = f"{report.contaminated} documents hit {got['records']} protected record(s)"
-    with Stage(report, "unique ids") as stage:
-        conflicts, c, sample = stages.id_conflicts(feat, npartitions, against=against, index_out=index_out)
-        report.id_partitions = c["id_partitions"]
-        stages.check_unique_ids(sample[sample["kind"] == 0], id_column, locate, c["repeated"])
-        stage.summary = "every id occurs once"
-        if against:
-            feat = _existing_ids(feat, conflicts, c["existing"], sample[sample["kind"] == 1], id_column, locate,
-                                 skip_existing, report)
-            stage.summary += (f"; {report.skipped_existing} already read by an earlier run, skipped"
-                              if report.skipped_existing else "; none was read by an earlier run")
     if not near:
         return Decisions(feat, None, None, None)
     layout = index.Layout(tuple(against), feat.npartitions) if against else None

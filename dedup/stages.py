@@ -53,8 +53,10 @@ def route_ranges(frame: dd.DataFrame, npartitions: int) -> dd.DataFrame:
 # -- features --------------------------------------------------------------------------------------
 
 def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
-             protected: ProtectedNgrams | None, features_dir: str | None) -> tuple[dd.DataFrame, dict[str, int]]:
-    """Signatures, text hashes, keys and contamination per document, computed once (worker memory or disk)."""
+             protected: ProtectedNgrams | None, features_dir: str | None) -> tuple[dd.DataFrame, dd.DataFrame]:
+    """Signatures, text hashes, keys and contamination per document, computed once (worker memory or
+    disk), and their counts per partition (rows, contaminated, null_ids), lazy: computed with the
+    next stage's (`FEATURE_COUNTS` sums them)."""
     prot = shared(protected) if protected is not None else None
     feat = ddf.map_partitions(frames.features, id_column, text_column, params, prot,
                               meta=frames.features_meta(params.num_perm, ddf._meta[id_column].dtype))
@@ -63,8 +65,12 @@ def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Par
         lambda f: pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
                                 "null_ids": [int(f["_id"].isna().sum())]}),
         meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
-    (c,) = compute(counts)
-    return feat, {k: int(c[k].sum()) for k in ("rows", "contaminated", "null_ids")}
+    return feat, counts
+
+
+def feature_counts(c: pd.DataFrame) -> dict[str, int]:
+    """The computed counts of `features`, summed."""
+    return {k: int(c[k].sum()) for k in ("rows", "contaminated", "null_ids")}
 
 
 def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
@@ -94,13 +100,14 @@ CONFLICT_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "kind": pd.Serie
 
 
 def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against: Sequence[index.IndexPart] = (),
-                 index_out: str | None = None) -> tuple[dd.DataFrame, dict[str, int], pd.DataFrame]:
+                 index_out: str | None = None) -> tuple[dd.DataFrame, int, tuple[dd.DataFrame, dd.DataFrame]]:
     """Documents whose id occurs twice in this run (kind 0) or is in an earlier index (kind 1).
 
     The ids are routed to the range of their stable hash (`dedup.hashing.id_hashes`), where they
     are compared exactly; each range also reads the same range of the earlier indexes' id files
-    and, with `index_out`, writes this run's. Returns the conflicts persisted on the workers, their
-    counts by kind, and a few of each for messages.
+    and, with `index_out`, writes this run's. Returns the conflicts persisted on the workers, the
+    number of ranges, and, lazy, their counts by kind and a few of each for messages (to compute
+    with the features' counts, then `conflict_counts`).
     """
     from dedup.hashing import id_hashes
 
@@ -112,15 +119,19 @@ def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against:
     id_type = pa.int64() if pd.api.types.is_integer_dtype(keys._meta["_id"].dtype) else pa.string()
     meta = CONFLICT_META.assign(_id=keys._meta["_id"])[["doc", "_id", "kind"]]
     found = ranged.map_partitions(index.id_conflicts, list(against), k, index_out, id_type, meta=meta).persist()
-    (c, sample) = compute(
-        found.map_partitions(lambda d: pd.DataFrame({"repeated": [int(d["_id"][d["kind"] == 0].nunique())],
-                                                     "existing": [int((d["kind"] == 1).sum())]}),
-                             meta={"repeated": "int64", "existing": "int64"}),
-        found.map_partitions(lambda d: d.groupby("kind").head(6), meta=meta))
-    # repeated: distinct ids occurring more than once (an id's rows are all in one range);
-    # existing: documents whose id an earlier index holds
+    lazy = (found.map_partitions(lambda d: pd.DataFrame({"repeated": [int(d["_id"][d["kind"] == 0].nunique())],
+                                                         "existing": [int((d["kind"] == 1).sum())]}),
+                                 meta={"repeated": "int64", "existing": "int64"}),
+            found.map_partitions(lambda d: d.groupby("kind").head(6), meta=meta))
+    return found, k, lazy
+
+
+def conflict_counts(k: int, c: pd.DataFrame, sample: pd.DataFrame) -> tuple[dict[str, int], pd.DataFrame]:
+    """The computed counts of `id_conflicts`: repeated (distinct ids occurring more than once; an
+    id's rows are all in one range), existing (documents whose id an earlier index holds), and the
+    sample sorted by key."""
     counts = {"repeated": int(c["repeated"].sum()), "existing": int(c["existing"].sum()), "id_partitions": k}
-    return found, counts, sample.sort_values("doc")
+    return counts, sample.sort_values("doc")
 
 
 def check_unique_ids(repeated: pd.DataFrame, id_column: str,

@@ -68,7 +68,7 @@ def test_run_against_real_scheduler_and_workers(dask_processes: Path, tmp_path: 
     res = _run("run", str(src), str(tmp_path / "out"), "--scheduler", address, "--protected", str(protected_file))
     assert res.returncode == 0, res.stderr
     assert "output rows" in res.stdout
-    for stage in ("features:", "contamination:", "unique ids:", "buckets:", "confirm:", "(estimate)", "components:",
+    for stage in ("features:", "every id occurs once", "contamination:", "buckets:", "confirm:", "(estimate)", "components:",
                   "joined on the client", "roots:", "write:", "wrote"):
         assert stage in res.stderr
     m = json.loads((tmp_path / "out" / "_dedup.json").read_text())
