@@ -2,13 +2,15 @@
 
     python benchmarks/incremental.py                      # 200,000 and 1,000,000 documents
     python benchmarks/incremental.py --docs 50000 --new-share 0.1
+    python benchmarks/incremental.py --docs 1000000 --repeats 3   # medians of 3 runs of each
 
-The §7 corpus is shuffled and cut into an old part (90%) and a new part (10%). Three runs of
-`dedup run --keep-duplicates` on a local cluster: the old part (which writes the index), the new
-part `--against` it, and everything at once. Seconds are the manifest's (`seconds.total`, from the
-start of the job to the commit, cluster start included) and the process's wall time. Then, for
-the new documents: how many each way ends up in a cluster of two or more, and how many both agree
-on (the incremental run cannot see old documents the first run removed, and keeps every indexed one).
+The §7 corpus is shuffled and cut into an old part (90%) and a new part (10%). Runs of
+`dedup run --keep-duplicates` on a local cluster: the old part (which writes the index), then,
+`--repeats` times, the new part `--against` it and everything at once. Seconds are the
+manifest's (`seconds.total`, from the start of the job to the commit, cluster start included) and
+the process's wall time. Then, for the new documents: how many each way ends up in a cluster of
+two or more, and how many both agree on (the incremental run keeps every indexed document, and
+with `--confirm exact` cannot see the duplicates the first run dropped).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -31,6 +34,12 @@ def dedup_run(src: Path, out: Path, workers: int, *extra: str) -> tuple[dict, fl
     return run_cli(src, out, workers, "--keep-duplicates", *extra)
 
 
+def median_run(runs: list[tuple[dict, float]]) -> tuple[dict, float]:
+    """The run with the median job time (its manifest), and the median wall time."""
+    ordered = sorted(runs, key=lambda r: r[0]["seconds"]["total"])
+    return ordered[(len(ordered) - 1) // 2][0], statistics.median(w for _, w in runs)
+
+
 def clustered(out: Path, ids: set[str]) -> set[str]:
     """The documents of `ids` that are in a cluster of two or more (a root with members counts)."""
     f = pd.read_parquet(out, columns=["id", "minhash_cluster"])
@@ -44,6 +53,8 @@ def main() -> None:
     ap.add_argument("--docs", type=int, nargs="+", default=[200_000, 1_000_000])
     ap.add_argument("--new-share", type=float, default=0.1)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1, help="runs of the full and the incremental job, alternated "
+                    "(medians are shown: timings on a shared machine vary by about 20%% between runs)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dedup-incremental-"))
     print("| documents | new | full run s (wall) | old part s | new --against old s (wall) | share of the full run "
@@ -60,8 +71,11 @@ def main() -> None:
             write_corpus(old, every / "old", shards=16)
             write_corpus(new, every / "new", shards=2)
             m_old, _ = dedup_run(work / "old", work / "out-old", args.workers)
-            m_inc, wall_inc = dedup_run(work / "new", work / "out-new", args.workers, "--against", str(work / "out-old"))
-            m_all, wall_all = dedup_run(every, work / "out-all", args.workers)
+            incs, alls = [], []
+            for _ in range(args.repeats):
+                incs.append(dedup_run(work / "new", work / "out-new", args.workers, "--against", str(work / "out-old")))
+                alls.append(dedup_run(every, work / "out-all", args.workers))
+            (m_inc, wall_inc), (m_all, wall_all) = median_run(incs), median_run(alls)
             new_ids = set(new["id"])
             full = clustered(work / "out-all", new_ids)
             inc = clustered(work / "out-new", new_ids)
