@@ -229,7 +229,7 @@ def _summary(m: dict[str, Any]) -> str:
         lines.append(f"report                {m['output'].rstrip('/')}/{m['report']}")
     if m.get("index"):
         ix = m["index"]
-        lines.append(f"index                 {m['output'].rstrip('/')}/{ix['path']}  ({ix['documents']:,} documents, "
+        lines.append(f"index                 {m['output'].rstrip('/')}/{ix['path']}  ({ix['documents']:,} kept documents, "
                      f"{ix['bytes_per_document']:.0f} bytes each)")
     return "\n".join(lines)
 

@@ -558,6 +558,7 @@ def execute(plan: Plan) -> dict[str, Any]:
                     if write_index:
                         w = got["shards"]
                         report.index_documents = int(w["indexed"].sum())
+                        report.index_near_duplicates = int(w["absorbed"].sum())
                         report.index_bytes += int(w["bytes"].sum())
                         staging.write_json(f"{index.INDEX_DIR}/{index.INDEX_META}", index.index_meta(
                             params, uid=index.new_uid(), id_type=cluster_type(plan.schema, plan.id_column),
@@ -566,7 +567,7 @@ def execute(plan: Plan) -> dict[str, Any]:
                             documents=report.index_documents, nbytes=report.index_bytes,
                             text_column=plan.text_column, sources=plan.against))
                         stage.summary += (f"; index of {report.index_documents} kept documents (and "
-                                          f"{int(w['absorbed'].sum())} near duplicates of them), "
+                                          f"{report.index_near_duplicates} near duplicates of them), "
                                           f"{report.index_bytes / max(1, report.index_documents):.0f} bytes a kept document")
                 if plan.write_report:
                     with Stage(report, "report") as stage:
@@ -616,7 +617,8 @@ def execute(plan: Plan) -> dict[str, Any]:
             "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,
             "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
             "skipped_existing": report.skipped_existing,
-            "index": ({"path": index.INDEX_DIR, "documents": report.index_documents, "bytes": report.index_bytes,
+            "index": ({"path": index.INDEX_DIR, "documents": report.index_documents,
+                       "near_duplicates": report.index_near_duplicates, "bytes": report.index_bytes,
                        "bytes_per_document": round(report.index_bytes / max(1, report.index_documents), 1)}
                       if plan.write_index and plan.near and not plan.dry_run and plan.shards else None),
             "removed": removed.REMOVED if plan.write_report else None,

@@ -51,6 +51,7 @@ class Report:
     near_duplicates_of_indexed: int = 0
     index_bytes: int = 0
     index_documents: int = 0
+    index_near_duplicates: int = 0
     bucket_partitions: int = 0
     id_partitions: int = 0
     seconds: dict[str, float] = field(default_factory=dict)

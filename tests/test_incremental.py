@@ -93,6 +93,8 @@ def test_second_run_equals_reference_and_indexed_documents_survive(client, tmp_p
     m1 = run(str(write_shards(first, tmp_path / "crawl1", 3)), str(tmp_path / "out1"), params=params)
     kept = indexed([first], [tmp_path / "out1"], params)
     assert m1["index"]["documents"] == (kept["id"] == kept["root"]).sum() == m1["output_rows"]
+    # the duplicates found are indexed too (all but same-text copies inside a partition)
+    assert 0 < m1["index"]["near_duplicates"] <= m1["near_duplicates_found"]
     m2 = run(str(write_shards(second, tmp_path / "crawl2", 2)), str(tmp_path / "out2"), params=params, drop=False,
              against=[str(tmp_path / "out1")])
     got = _clusters(tmp_path / "out2")
