@@ -38,14 +38,16 @@ def write_corpus(frame: pd.DataFrame, out: Path, shards: int) -> Path:
 
 def run_cli(src: Path, out: Path, workers: int, *extra: str, pythonpath: str | None = None) -> tuple[dict, float]:
     """`dedup run SRC OUT` in a subprocess on a local cluster of `workers` (with `pythonpath`, the dedup
-    found there), OUTPUT replaced: its manifest and the process's wall seconds."""
+    found there), OUTPUT replaced: its manifest and the process's wall seconds. It runs in OUT's
+    parent directory: `python -m` puts the working directory first on sys.path, so a checkout
+    there would shadow `pythonpath`."""
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "dedup", "run", str(src), str(out), "--n-workers", str(workers), *extra],
-                   check=True, capture_output=True, text=True, env=env)
+                   check=True, capture_output=True, text=True, env=env, cwd=out.parent)
     wall = time.perf_counter() - start
     return json.loads((out / "_dedup.json").read_text()), wall
 
