@@ -54,49 +54,45 @@ def minhash_rows(x, offsets, a, b, out):  # pragma: no cover - compiled
             out[d, i] = np.uint32(row[i])
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _is_word(c, pre, word_byte):  # pragma: no cover - compiled
-    return (c != 32) if pre else word_byte[c]
-
-
 @numba.njit(cache=True, nogil=True)
-def tokenize(buf, doc_start, doc_end, prenormalized, word_byte, lower):  # pragma: no cover - compiled
+def tokenize(buf, doc_start, doc_end, prenormalized, word_byte, not_space, lower):  # pragma: no cover - compiled
     """Words of each document as one compact buffer: words joined by single spaces.
 
     buf: uint8, the documents' bytes; document d is buf[doc_start[d]:doc_end[d]] (an Arrow string
     array's data buffer and offsets can be passed as they are); prenormalized: bool [n], True
-    where the document is already "w1 w2 ..." (any byte but a
-    space is a word byte), else ASCII text where word_byte (a 256-entry table) decides;
-    lower: a 256-entry lower-casing table. Returns (compact, word_start, word_end, word_count).
-    A first pass counts words and bytes, so memory is exact: a huge document costs its size
-    plus 16 bytes a word.
+    where the document is already "w1 w2 ..." (not_space, a 256-entry 0/1 table, decides), else
+    ASCII text where word_byte (a 256-entry 0/1 table) decides; lower: a 256-entry lower-casing
+    table. Returns (compact, word_start, word_end, word_count). A first pass counts words and
+    bytes (branch-free), so memory is exact: a huge document costs its size plus 16 bytes a word.
     """
     n = doc_start.shape[0]
     counts = np.zeros(n, dtype=np.int64)
     total_words = 0
     total_bytes = 0
     for d in range(n):
-        pre = prenormalized[d]
-        prev = False
+        table = not_space if prenormalized[d] else word_byte
+        prev = 0
+        words = 0
+        nbytes = 0
         for i in range(doc_start[d], doc_end[d]):
-            w = _is_word(buf[i], pre, word_byte)
-            if w:
-                total_bytes += 1
-                if not prev:
-                    counts[d] += 1
+            w = table[buf[i]]
+            nbytes += w
+            words += w & (prev ^ 1)
             prev = w
-        total_words += counts[d]
+        counts[d] = words
+        total_words += words
+        total_bytes += nbytes
     out = np.empty(total_bytes + max(total_words - 1, 0), dtype=np.uint8)
     starts = np.empty(total_words, dtype=np.int64)
     ends = np.empty(total_words, dtype=np.int64)
     pos = 0
     nw = 0
     for d in range(n):
-        pre = prenormalized[d]
-        prev = False
+        table = not_space if prenormalized[d] else word_byte
+        prev = 0
         for i in range(doc_start[d], doc_end[d]):
             c = buf[i]
-            w = _is_word(c, pre, word_byte)
+            w = table[c]
             if w:
                 if not prev:
                     if pos > 0:

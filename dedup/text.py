@@ -161,10 +161,12 @@ def normalized(text: str | None) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
-_ASCII_WORD = np.zeros(256, dtype=np.bool_)
+_ASCII_WORD = np.zeros(256, dtype=np.uint8)
 for _lo, _hi in ((48, 58), (65, 91), (97, 123)):
-    _ASCII_WORD[_lo:_hi] = True
-_ASCII_WORD[ord("_")] = True
+    _ASCII_WORD[_lo:_hi] = 1
+_ASCII_WORD[ord("_")] = 1
+_NOT_SPACE = np.ones(256, dtype=np.uint8)
+_NOT_SPACE[ord(" ")] = 0
 _ASCII_LOWER = np.arange(256, dtype=np.uint8)
 _ASCII_LOWER[65:91] += 32
 
@@ -259,7 +261,7 @@ def _tokenize(raw: NDArray[np.uint8], start: NDArray[np.int64], end: NDArray[np.
               pre: NDArray[np.bool_]) -> TextBatch:
     from dedup import _kernels
 
-    buf, word_start, word_end, counts = _kernels.tokenize(raw, start, end, pre, _ASCII_WORD, _ASCII_LOWER)
+    buf, word_start, word_end, counts = _kernels.tokenize(raw, start, end, pre, _ASCII_WORD, _NOT_SPACE, _ASCII_LOWER)
     word_offsets = np.zeros(len(start) + 1, dtype=np.int64)
     np.cumsum(counts, out=word_offsets[1:])
     return TextBatch(buf=buf, word_start=word_start, word_end=word_end, word_offsets=word_offsets)
