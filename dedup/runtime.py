@@ -34,7 +34,10 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
             client.close()
         return
     workers = n_workers or max(1, os.cpu_count() or 1)
-    quiet = logging.WARNING if log.isEnabledFor(logging.DEBUG) else logging.ERROR
+    # worker processes log nothing below CRITICAL unless --verbose: their errors reach the client as
+    # task errors, and a client killed with SIGKILL would otherwise leave its orphaned workers
+    # printing heartbeat tracebacks into the user's terminal
+    quiet = logging.WARNING if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                       silence_logs=quiet) as cluster, \
             Client(cluster) as client:
