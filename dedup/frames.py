@@ -282,8 +282,12 @@ def confirm_routes(edges: pd.DataFrame) -> pd.DataFrame:
         return ROUTED_META.copy()
     lo = np.minimum(edges["left"].to_numpy(np.int64), edges["right"].to_numpy(np.int64))
     hi = np.maximum(edges["left"].to_numpy(np.int64), edges["right"].to_numpy(np.int64))
-    same = (edges["kind"].to_numpy() == KIND_SAME_TEXT).astype(np.int64)
-    rows = np.unique(np.stack([lo, hi, same], axis=1), axis=0)
+    return _distinct_routes(lo, hi, edges["kind"].to_numpy() == KIND_SAME_TEXT)
+
+
+def _distinct_routes(lo: NDArray[np.int64], hi: NDArray[np.int64], same: NDArray[np.bool_]) -> pd.DataFrame:
+    """Distinct (left, right, same) rows, sorted."""
+    rows = np.unique(np.stack([lo, hi, same.astype(np.int64)], axis=1), axis=0)
     return pd.DataFrame({"left": rows[:, 0], "right": rows[:, 1], "same": rows[:, 2].astype(bool)})
 
 
@@ -374,13 +378,10 @@ def pairs_with_left(routes: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame
     signature, and for exact Jaccard its shingle hashes)."""
     if routes.empty:
         return left_payload_meta(params, feat["_id"])
+    routes = _distinct_routes(routes["left"].to_numpy(np.int64), routes["right"].to_numpy(np.int64),
+                              routes["same"].to_numpy(bool))  # distinct across the bucket ranges that sent them
     lo, hi = routes["left"].to_numpy(np.int64), routes["right"].to_numpy(np.int64)
     same = routes["same"].to_numpy(bool)
-    order = np.lexsort((same, hi, lo))
-    keep = np.ones(len(order), dtype=bool)  # distinct across the bucket ranges that sent them
-    keep[1:] = (np.diff(lo[order]) != 0) | (np.diff(hi[order]) != 0) | (np.diff(same[order]) != 0)
-    take = order[keep]
-    lo, hi, same = lo[take], hi[take], same[take]
     rows = rows_of(feat, lo)
     sigs = feat[sig_columns(params.num_perm)].to_numpy()[rows]
     out = pd.DataFrame({"left": lo, "right": hi, "same": same, "left_id": feat["_id"].to_numpy()[rows]})
