@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import logging
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -197,13 +200,23 @@ def _prepare(args: argparse.Namespace) -> Any:
                             write_index=near and not getattr(args, "no_index", False))
 
 
+def _import_pipeline() -> None:
+    with contextlib.suppress(Exception):  # imported again below, where an error would be raised
+        importlib.import_module("dedup.pipeline")
+
+
 def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
-    from dedup import pipeline
     from dedup.runtime import dask_client
 
     _quiet_libraries(args.verbose)
+    # the job's modules (dask.dataframe, pandas, pyarrow: about 1.3 s) load while the cluster starts
+    importing = threading.Thread(target=_import_pipeline, name="dedup-import", daemon=True)
+    importing.start()
     try:
         with dask_client(args.scheduler, args.scheduler_file, args.n_workers):
+            importing.join()
+            from dedup import pipeline
+
             return pipeline.execute(plan)
     finally:
         plan.close()

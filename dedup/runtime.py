@@ -38,13 +38,25 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
     # task errors, and a client killed with SIGKILL would otherwise leave its orphaned workers
     # printing heartbeat tracebacks into the user's terminal
     quiet = logging.WARNING if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL
+    # each worker imports the job's modules and loads the kernels while it starts (`dask_setup`),
+    # in parallel with the client's own imports (`dedup.cli`), not in the first task
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=quiet) as cluster, \
+                      silence_logs=quiet, preload=[__name__]) as cluster, \
             Client(cluster) as client:
         log.info("local cluster: %d worker processes; dashboard %s", workers, client.dashboard_link)
-        warming = warm_up(client)
         yield client
-        del warming
+
+
+def dask_setup(worker: Any) -> None:
+    """Worker preload of local clusters: import the modules the tasks come from and load the
+    compiled kernels before the worker takes tasks. A failure here is only logged: the first task
+    that needs the module then raises it where the user sees it."""
+    try:
+        import dedup.pipeline  # noqa: F401  (the tasks' functions live there and in its imports)
+
+        _load_kernels()
+    except Exception as exc:  # pragma: no cover - the task that needs it reports the error
+        log.warning("worker preload failed: %s", exc)
 
 
 def _load_kernels() -> None:
@@ -60,8 +72,9 @@ def _load_kernels() -> None:
 
 
 def warm_up(client: Any) -> list[Any]:
-    """Load the kernels on every worker in the background while the client plans and builds the
-    graph (about 0.9 s a worker otherwise paid by the first features task; benchmarks/stage_profile.py)."""
+    """Load the kernels on every worker of a cluster we connect to, in the background while the
+    client plans and builds the graph (about 0.9 s a worker otherwise paid by the first features task;
+    benchmarks/stage_profile.py). Local clusters do it as the workers start (`dask_setup`)."""
     workers = list(client.scheduler_info(n_workers=-1)["workers"])
     return [client.submit(_load_kernels, pure=False, workers=[w], allow_other_workers=False) for w in workers]
 
