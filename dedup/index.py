@@ -101,15 +101,16 @@ class IndexPart:
     def as_source(self) -> dict[str, Any]:
         return {"url": self.url, "uid": self.uid, "documents": self.documents}
 
-    def files_for(self, kind: str, m: int, parts: int) -> list[tuple[str, int, int]]:
-        """(file, lo, hi): this index's band (or id) files that hold keys of range m of `parts`, with
-        the key bounds."""
+    def files_for(self, kind: str, m: int, parts: int) -> list[tuple[str, int, int, bool]]:
+        """(file, lo, hi, whole): this index's band (or id) files that hold keys of range m of
+        `parts`, with the key bounds, and whether every key of the file is inside them."""
         lo, hi = m * key_step(parts), min((m + 1) * key_step(parts), KEY_SPACE)
         count = self.bucket_parts if kind == BANDS else self.id_parts
         step = key_step(count)
         first, last = lo // step, min((hi - 1) // step, count - 1)
         name = band_file if kind == BANDS else ids_file
-        return [(name(self.url, j), lo, hi) for j in range(first, last + 1)]
+        return [(name(self.url, j), lo, hi, lo <= j * step and min((j + 1) * step, KEY_SPACE) <= hi)
+                for j in range(first, last + 1)]
 
 
 def _read_json(fs: Any, path: str) -> dict[str, Any] | None:
@@ -233,11 +234,14 @@ def read_range(part: IndexPart, kind: str, m: int, parts: int, column: str) -> p
     import pyarrow.dataset as ds
 
     tables = []
-    for path, lo, hi in part.files_for(kind, m, parts):
+    for path, lo, hi, whole in part.files_for(kind, m, parts):
         try:
             dataset = ds.dataset(path, format="parquet")
         except (FileNotFoundError, OSError) as exc:
             raise RuntimeError(f"The index {part.url} is damaged: {path} cannot be read ({exc}).") from exc
+        if whole:  # the usual case: this run's ranges are the index's (no filter to evaluate)
+            tables.append(dataset.to_table())
+            continue
         flt = pc.field(column) >= pa.scalar(lo, pa.uint64())
         if hi < KEY_SPACE:
             flt = flt & (pc.field(column) < pa.scalar(hi, pa.uint64()))

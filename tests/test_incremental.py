@@ -257,3 +257,25 @@ def test_band_rows_are_found_by_binary_search_or_scan(column: list[int], keys: l
         col = np.random.default_rng(len(column)).permutation(col)
     want = np.unique(np.array(keys, dtype=np.uint64))
     assert _positions_of(col, want).tolist() == np.flatnonzero(np.isin(col, want)).tolist()
+
+
+@given(st.integers(1, 40), st.integers(1, 40), st.data())
+def test_a_range_reads_the_index_files_that_hold_its_keys(index_parts: int, parts: int, data) -> None:
+    """Range m of this run's `parts` reads every index file holding one of its keys, and skips the
+    key filter only for files whose every key is in the range."""
+    from dedup.index import BANDS, IndexPart, key_range_of
+
+    part = IndexPart(url="idx", uid="u", partitions=1, bucket_parts=index_parts, id_parts=index_parts, documents=0,
+                     output="out", text_column="text")
+    keys = np.array(data.draw(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=50))
+                    + [0, 2**64 - 1], dtype=np.uint64)
+    m = data.draw(st.integers(0, parts - 1))
+    listed = {int(f.rsplit("-", 1)[1].split(".")[0]): (lo, hi, whole) for f, lo, hi, whole in part.files_for(BANDS, m, parts)}
+    in_range, in_file = key_range_of(keys, parts) == m, key_range_of(keys, index_parts)
+    assert set(in_file[in_range].tolist()) <= set(listed)
+    for j, (lo, hi, whole) in listed.items():
+        mine = keys[in_file == j]
+        kept = (mine >= np.uint64(lo)) & ((mine < np.uint64(hi)) if hi < 2**64 else True)
+        assert kept.tolist() == in_range[in_file == j].tolist()  # the filter keeps exactly the range's keys
+        if whole:
+            assert in_range[in_file == j].all()
