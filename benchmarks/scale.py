@@ -8,6 +8,7 @@ every process's peak RSS (sampled every 0.1 s), seconds and documents per second
     pip install -e ".[bench]"
     python benchmarks/scale.py                          # 250,000 and 2,000,000 documents
     python benchmarks/scale.py --docs 50000 200000      # a quick look
+    python benchmarks/scale.py --docs 1000000 --modes client --job-args=--no-index
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, nargs="+", default=[250_000, 2_000_000])
     ap.add_argument("--modes", nargs="+", default=["client", "distributed"])
     ap.add_argument("--memory-limit", default="8GiB", help="per worker (default: 8GiB)")
+    ap.add_argument("--job-args", default="", help="extra arguments for dedup run, space separated (e.g. --job-args=--no-index)")
     args = ap.parse_args()
     dask = Path(sys.executable).parent / "dask"
     work = Path(tempfile.mkdtemp(prefix="dedup-scale-"))
@@ -114,7 +116,8 @@ def main() -> None:
                 out = work / f"out-{docs}-{mode}"
                 t = time.perf_counter()
                 client = subprocess.Popen([sys.executable, "-m", "dedup", "run", str(corpus), str(out),
-                                           "--scheduler-file", str(sched_file), "--components", mode],
+                                           "--scheduler-file", str(sched_file), "--components", mode,
+                                           *args.job_args.split()],
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 client_peak = Peak(client.pid)
                 _, err = client.communicate()
