@@ -1,6 +1,7 @@
 """Client, scheduler and worker memory as the corpus grows: does the client stay small?
 
-Starts a separate `dask scheduler` and two `dask worker` processes (1 thread each), writes
+Starts a separate `dask scheduler` and two `dask worker --preload dedup.runtime` processes (1
+thread each, as README "Cluster" recommends for a cluster of your own), writes
 generated corpora of ~60-word documents (shards of 50,000, 10% planted near copies, one word changed), runs
 `dedup run --scheduler-file` on each for `--components client` and `distributed`, and prints
 every process's peak RSS (sampled every 0.1 s), seconds and documents per second.
@@ -103,7 +104,8 @@ def main() -> None:
         for i in range(2):
             procs.append(subprocess.Popen([str(dask), "worker", "--scheduler-file", str(sched_file), "--nthreads", "1",
                                            "--memory-limit", args.memory_limit, "--no-dashboard", "--host", "127.0.0.1",
-                                           "--name", f"w{i}", "--local-directory", str(work / f"w{i}")],
+                                           "--name", f"w{i}", "--local-directory", str(work / f"w{i}"),
+                                           "--preload", "dedup.runtime"],
                                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(5)
         for docs in args.docs:

@@ -88,6 +88,10 @@ def test_workers_are_configured_for_the_pipeline(cluster: dict[str, Any]) -> Non
     [worker] = [c for c in worker_pod["containers"] if c["name"] == "worker"]
     args = worker["args"]
     assert args[:2] == ["dask", "worker"] and "$(DASK_WORKER_NAME)" in args and "--nthreads" in args
+    assert args[args.index("--preload") + 1] == "dedup.runtime"  # kernels loaded and Arrow memory set at start
+    from dedup import runtime
+
+    assert callable(runtime.dask_setup)
     limit = _gib(worker["resources"]["limits"]["memory"])
     assert _gib(args[args.index("--memory-limit") + 1]) < limit
     assert worker["resources"]["requests"] == worker["resources"]["limits"]

@@ -1,0 +1,45 @@
+"""The local cluster the CLI starts: workers preloaded with the job's modules, kernels and Arrow memory setting."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+
+from dedup.runtime import dask_client
+
+POOL = "import dedup.runtime as r; print(r.arrow_memory_pool())"
+
+
+def _pool_in_subprocess(env_pool: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if env_pool:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = env_pool
+    return subprocess.run([sys.executable, "-c", POOL], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_arrow_pool_is_jemalloc_unless_the_user_names_one() -> None:
+    want = "jemalloc" if "jemalloc" in pa.supported_memory_backends() else pa.default_memory_pool().backend_name
+    assert _pool_in_subprocess(None) == want
+    assert _pool_in_subprocess("system") == "system"
+
+
+def test_local_cluster_workers_are_ready_before_the_first_task() -> None:
+    def state() -> tuple[bool, bool, str]:
+        import sys
+
+        import pyarrow
+
+        from dedup import _kernels
+
+        loaded = all(len(getattr(_kernels, k).signatures) > 0 for k in ("tokenize", "window_hashes", "minhash_rows"))
+        return "dedup.pipeline" in sys.modules, loaded, pyarrow.default_memory_pool().backend_name
+
+    pool = "jemalloc" if "jemalloc" in pa.supported_memory_backends() else pa.default_memory_pool().backend_name
+    with dask_client(n_workers=2) as client:
+        got = client.run(state)
+    assert len(got) == 2
+    assert all(v == (True, True, pool) for v in got.values()), got
