@@ -64,7 +64,7 @@ def dask_setup(worker: Any) -> None:
 def arrow_memory_pool() -> str:
     """Make Arrow allocate from jemalloc with freed pages returned at once, unless the user chose a
     pool with ARROW_DEFAULT_MEMORY_POOL; the pool's name. Arrow's default (mimalloc) keeps freed
-    pages: a worker's peak RSS was about 10% higher with it, and no faster (README, Memory)."""
+    pages: a worker's peak RSS was about 8% higher with it (README, Memory)."""
     import pyarrow as pa
 
     if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
