@@ -11,6 +11,8 @@ import pyarrow as pa
 from dedup.runtime import dask_client
 
 POOL = "import dedup.runtime as r; print(r.arrow_memory_pool())"
+EXPECTED_POOL = "jemalloc" if "jemalloc" in pa.supported_memory_backends() else pa.default_memory_pool().backend_name
+"""What a preloaded worker allocates from: jemalloc where pyarrow has it, else pyarrow's default."""
 
 
 def _pool_in_subprocess(env_pool: str | None) -> str:
@@ -22,8 +24,7 @@ def _pool_in_subprocess(env_pool: str | None) -> str:
 
 
 def test_arrow_pool_is_jemalloc_unless_the_user_names_one() -> None:
-    want = "jemalloc" if "jemalloc" in pa.supported_memory_backends() else pa.default_memory_pool().backend_name
-    assert _pool_in_subprocess(None) == want
+    assert _pool_in_subprocess(None) == EXPECTED_POOL
     assert _pool_in_subprocess("system") == "system"
 
 
@@ -38,8 +39,7 @@ def test_local_cluster_workers_are_ready_before_the_first_task() -> None:
         loaded = all(len(getattr(_kernels, k).signatures) > 0 for k in ("tokenize", "window_hashes", "minhash_rows"))
         return "dedup.pipeline" in sys.modules, loaded, pyarrow.default_memory_pool().backend_name
 
-    pool = "jemalloc" if "jemalloc" in pa.supported_memory_backends() else pa.default_memory_pool().backend_name
     with dask_client(n_workers=2) as client:
         got = client.run(state)
     assert len(got) == 2
-    assert all(v == (True, True, pool) for v in got.values()), got
+    assert all(v == (True, True, EXPECTED_POOL) for v in got.values()), got
