@@ -3,8 +3,9 @@
 An on-disk LSH index, written by the workers while the job runs, read back by `--against`:
 
     _index/index.json           parameters' fingerprint, id type, layout, counts, earlier indexes
-    _index/bands/part-M.parquet (band, key, doc) of this run's documents whose band key k falls in
-                                bucket range M (k // step == M), sorted by key
+    _index/bands/part-M.parquet (band, key, doc, tkey, tkey2) of this run's documents whose band key
+                                k falls in bucket range M (k // step == M), sorted by key, with
+                                their text hashes (format 3)
     _index/docs/part-P.parquet  (doc, id, root, tkey, tkey2, signature, file, row) of each document
                                 this run kept and of each near duplicate it found (with the
                                 band rows of its text), input partition P, sorted by doc: its
@@ -44,9 +45,12 @@ from dedup.text import TEXT_DTYPE
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
 BANDS, DOCS, IDS = "bands", "docs", "ids"
-FORMAT = 2
-FORMATS_READ = (1, 2)
-"""Format 1 indexes hold kept documents only (no `root` column): they are read as they are."""
+FORMAT = 3
+FORMATS_READ = (1, 2, 3)
+"""Format 1 indexes hold kept documents only (no `root` column); formats 1 and 2 have no text hashes
+in their band files (a later run fetches them from the docs files): both are read as they are."""
+TKEYS_IN_BANDS = 3
+"""The first format whose band rows carry their document's text hashes."""
 INDEX_PARAMS = ("num_perm", "num_bands", "rows_per_band", "shingle_size", "shingle_unit", "seed")
 """The parameters a signature and its band keys depend on: an index is usable only when they match."""
 KEY_SPACE = 1 << 64
@@ -97,6 +101,7 @@ class IndexPart:
     documents: int
     output: str
     text_column: str
+    format: int = FORMAT
 
     def as_source(self) -> dict[str, Any]:
         return {"url": self.url, "uid": self.uid, "documents": self.documents}
@@ -126,7 +131,8 @@ def _part(url: str, meta: dict[str, Any]) -> IndexPart:
     return IndexPart(url=url, uid=str(meta["uid"]), partitions=int(meta["partitions"]),
                      bucket_parts=int(meta["bucket_partitions"]), id_parts=int(meta["id_partitions"]),
                      documents=int(meta["documents"]),
-                     output=posixpath.dirname(url.rstrip("/")), text_column=str(meta["text_column"]))
+                     output=posixpath.dirname(url.rstrip("/")), text_column=str(meta["text_column"]),
+                     format=int(meta["format"]))
 
 
 def _describe(p: dict[str, Any]) -> str:
@@ -195,7 +201,8 @@ def index_meta(params: Params, *, uid: str, id_type: pa.DataType, partitions: in
 
 # -- per-partition work (workers) -------------------------------------------------------------------
 
-BAND_SCHEMA = pa.schema([("band", pa.uint8()), ("key", pa.uint64()), ("doc", pa.int64())])
+BAND_SCHEMA = pa.schema([("band", pa.uint8()), ("key", pa.uint64()), ("doc", pa.int64()), ("tkey", pa.uint64()),
+                         ("tkey2", pa.uint64())])
 DOCS_ROW_GROUP = 2048
 """Rows per row group of a docs file: a later run reads only the groups holding documents it needs."""
 
@@ -218,7 +225,7 @@ def write_docs(table: pa.Table, root: str, p: int) -> int:
 
 
 def write_bands(rows: Any, root: str, m: int) -> int:
-    """Write one bucket range's rows (band, key, doc), sorted by key; bytes written."""
+    """Write one bucket range's rows (band, key, doc, tkey, tkey2), sorted by key; bytes written."""
     table = pa.table({c: rows[c].to_numpy() for c in BAND_SCHEMA.names}, schema=BAND_SCHEMA)
     return _write_sorted(table, "key", band_file(root, m))
 
@@ -307,6 +314,12 @@ class Layout:
     def total(self) -> int:
         return self.first + sum(p.partitions for p in self.parts)
 
+    def direct(self, exact: bool) -> bool:
+        """Whether matched band rows can join the buckets as read: they carry their text hashes, and
+        every document they name is in a docs file (with `exact`, only those whose text is in their
+        output take part, which the docs files tell)."""
+        return not exact and all(p.format >= TKEYS_IN_BANDS for p in self.parts)
+
     @property
     def first_key(self) -> int:
         from dedup.frames import ROW_BITS
@@ -323,7 +336,7 @@ class Layout:
 
 def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str, Any] | None = None) -> Any:
     """The index band rows of this bucket range that share a (band, key) with this run's rows `new`,
-    with global document keys."""
+    with global document keys and their text hashes (0 for indexes older than `TKEYS_IN_BANDS`)."""
     import pandas as pd
 
     from dedup.frames import LONG_META, ROW_BITS
@@ -343,7 +356,8 @@ def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str,
             continue
         rows = table.take(pa.array(at)).to_pandas().merge(want, on=["band", "key"])
         rows["doc"] = rows["doc"].to_numpy(np.int64) + np.int64(start << ROW_BITS)
-        rows["tkey"] = rows["tkey2"] = np.uint64(0)  # from the docs file, at the document's partition
+        if part.format < TKEYS_IN_BANDS:  # fetched from the docs file, at the document's partition
+            rows["tkey"] = rows["tkey2"] = np.uint64(0)
         found.append(rows[list(LONG_META.columns)])
     if not found:
         return LONG_META.copy()

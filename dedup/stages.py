@@ -211,8 +211,10 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
 
     index_out: also write the routed rows there as this run's index band files. layout: join each
     bucket range with the earlier indexes' rows of the same range that share a bucket with this run's
-    documents, keeping only documents those runs kept (their features, persisted, are returned);
-    edges between two indexed documents are dropped.
+    documents (their features, read at their index partitions and persisted, are returned); edges
+    between two indexed documents are dropped. Band rows of indexes older than format 3, and with
+    exact Jaccard, first go to their documents' partitions for their text hashes and to learn which
+    documents take part, then back.
     """
     long = feat.map_partitions(frames.long_form, params, meta=frames.LONG_META)
     k = npartitions or max(1, long.npartitions)
@@ -222,14 +224,18 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     combined, idx_feat, first_indexed = ranged, None, frames.NO_INDEX
     if layout is not None and layout.parts:
         first_indexed = layout.first_key
+        exact = params.confirm == "exact"
         matched = ranged.map_partitions(index.matched_rows, layout, k, meta=frames.LONG_META)
         at_docs = route(matched, "doc", layout.total)
         id_dtype = feat._meta["_id"].dtype
-        idx_feat = at_docs.map_partitions(index.index_features, layout, params, params.confirm == "exact", id_dtype,
+        idx_feat = at_docs.map_partitions(index.index_features, layout, params, exact, id_dtype,
                                           meta=index.features_meta(params.num_perm, id_dtype))
-        kept = dd.map_partitions(index.kept_rows, at_docs, idx_feat, meta=frames.LONG_META, align_dataframes=False)
-        combined = dd.map_partitions(_both, ranged, route_ranges(kept, k), meta=frames.LONG_META,
-                                     align_dataframes=False)
+        if layout.direct(exact):  # the features are read beside the buckets, not on their way
+            joined = matched
+        else:  # text hashes, and which documents take part, come from the docs files: and back
+            kept = dd.map_partitions(index.kept_rows, at_docs, idx_feat, meta=frames.LONG_META, align_dataframes=False)
+            joined = route_ranges(kept, k)
+        combined = dd.map_partitions(_both, ranged, joined, meta=frames.LONG_META, align_dataframes=False)
     edges = combined.map_partitions(frames.bucket_edges, params.max_bucket, first_indexed, meta=frames.EDGE_META)
     writes = ranged.map_partitions(_write_band_part, index_out, meta={"bytes": "int64", "rows": "int64"}) \
         if index_out is not None else None

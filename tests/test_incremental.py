@@ -279,3 +279,30 @@ def test_a_range_reads_the_index_files_that_hold_its_keys(index_parts: int, part
         assert kept.tolist() == in_range[in_file == j].tolist()  # the filter keeps exactly the range's keys
         if whole:
             assert in_range[in_file == j].all()
+
+
+def test_an_index_of_format_2_gives_the_same_decisions(client, tmp_path: Path, split) -> None:
+    """Format 2 band files carry no text hashes: their rows fetch them from the docs files (a detour
+    through the index partitions) and must reach the same decisions as format 3's, read directly."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    first, second, _ = split
+    run(str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"))
+    shutil.copytree(tmp_path / "out1", tmp_path / "old")
+    meta_path = tmp_path / "old" / INDEX_DIR / INDEX_META
+    meta = json.loads(meta_path.read_text())
+    assert meta["format"] == 3
+    for band_file in (tmp_path / "old" / INDEX_DIR / "bands").glob("*.parquet"):
+        table = pq.read_table(band_file)
+        assert table.column_names == ["band", "key", "doc", "tkey", "tkey2"]
+        pq.write_table(table.select(["band", "key", "doc"]), band_file)
+    meta_path.write_text(json.dumps({**meta, "format": 2}))
+    src = str(write_shards(second, tmp_path / "c2", 2))
+    m3 = run(src, str(tmp_path / "new3"), drop=False, against=[str(tmp_path / "out1")])
+    m2 = run(src, str(tmp_path / "new2"), drop=False, against=[str(tmp_path / "old")])
+    assert _clusters(tmp_path / "new2") == _clusters(tmp_path / "new3")
+    assert m2["near_duplicates_of_indexed"] == m3["near_duplicates_of_indexed"] > 10
+    for count in ("candidate_pairs", "confirmed_pairs", "same_text_pairs"):
+        assert m2[count] == m3[count], count
