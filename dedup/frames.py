@@ -7,6 +7,7 @@ columns: those break p2p shuffles and Parquet round trips in current pandas/pyar
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,26 @@ def doc_keys(partition: int, n: int) -> NDArray[np.int64]:
 def key_partition(keys: NDArray[np.int64]) -> NDArray[np.int64]:
     """The partition a document key belongs to."""
     return keys >> ROW_BITS
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which partition of a run holds a document key: its own (`key_partition`), except that the
+    earlier indexes' partitions, from `first` on, are gathered `group` at a time (each holds only
+    the indexed documents that share a bucket with this run's, so a few partitions hold them all)."""
+
+    first: int = NO_INDEX >> ROW_BITS
+    group: int = 1
+
+    def __call__(self, keys: NDArray[np.int64]) -> NDArray[np.int64]:
+        p = keys >> ROW_BITS
+        if self.group == 1:
+            return p
+        return np.where(p >= self.first, self.first + (p - self.first) // self.group, p)
+
+
+OWN = Placement()
+"""Every key in its own partition."""
 
 
 def key_row(keys: NDArray[np.int64]) -> NDArray[np.int64]:

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +41,9 @@ from numpy.typing import NDArray
 from dedup.config import Params
 from dedup.safety import MANIFEST, UsageError, is_url, read_manifest
 from dedup.text import TEXT_DTYPE
+
+if TYPE_CHECKING:
+    from dedup.frames import Placement
 
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
@@ -296,11 +299,21 @@ def id_conflicts(rows: Any, parts: Sequence[IndexPart], k: int, write_root: str 
 
 @dataclass(frozen=True)
 class Layout:
-    """Where the documents of earlier indexes sit in this run's key space: index part i holds
-    partitions starts[i] .. starts[i] + parts[i].partitions - 1, after this run's `first` ones."""
+    """Where the documents of earlier indexes sit in this run's key space: index part i holds global
+    partitions starts[i] .. starts[i] + parts[i].partitions - 1, after this run's `first` ones.
+    A document's key names its global partition; the run gathers the index partitions `group` at a
+    time (`placement`), so it works on `total` partitions: its own, then the gathered ones."""
 
     parts: tuple[IndexPart, ...]
     first: int
+    group: int = 1
+
+    @classmethod
+    def gathering(cls, parts: Sequence[IndexPart], first: int) -> Layout:
+        """As many gathered index partitions as the run has its own: an index partition holds only
+        the documents sharing a bucket with this run's, about as many as the run's."""
+        held = sum(p.partitions for p in parts)
+        return cls(tuple(parts), first, max(1, -(-held // max(1, first))))
 
     @property
     def starts(self) -> list[int]:
@@ -311,8 +324,18 @@ class Layout:
         return out
 
     @property
+    def index_partitions(self) -> int:
+        return sum(p.partitions for p in self.parts)
+
+    @property
     def total(self) -> int:
-        return self.first + sum(p.partitions for p in self.parts)
+        return self.first + -(-self.index_partitions // self.group)
+
+    @property
+    def placement(self) -> Placement:
+        from dedup.frames import Placement
+
+        return Placement(self.first, self.group)
 
     def direct(self, exact: bool) -> bool:
         """Whether matched band rows can join the buckets as read: they carry their text hashes, and
@@ -332,6 +355,11 @@ class Layout:
             if start <= q < start + part.partitions:
                 return part, q - start, start
         raise IndexError(f"partition {q} is not an index partition")
+
+    def gathered(self, g: int) -> list[int]:
+        """The global index partitions that this run's partition g (>= first) gathers."""
+        lo = self.first + (g - self.first) * self.group
+        return list(range(lo, min(lo + self.group, self.first + self.index_partitions)))
 
 
 def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str, Any] | None = None) -> Any:
@@ -396,22 +424,38 @@ def _signatures(column: pa.ChunkedArray, num_perm: int) -> NDArray[np.uint32]:
 
 def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dtype: Any,
                    partition_info: dict[str, Any] | None = None) -> Any:
-    """At an index partition: the features of the indexed documents named by `rows` (matched band
-    rows), read from the index's docs file (and, for exact Jaccard, their texts from the earlier
-    output). An indexed near duplicate carries its root's id as `_id`: it stands for that cluster.
-    Without its text in the earlier output (it was dropped), exact Jaccard leaves it out."""
+    """At a gathered index partition: the features of the indexed documents named by `rows` (matched
+    band rows), read from the docs files of the index partitions it gathers (and, for exact Jaccard,
+    their texts from the earlier output), in key order. An indexed near duplicate carries its root's
+    id as `_id`: it stands for that cluster. Without its text in the earlier output (it was dropped),
+    exact Jaccard leaves it out."""
+    import pandas as pd
+
+    meta = features_meta(params.num_perm, id_dtype)
+    if partition_info is None or partition_info["number"] < layout.first or rows.empty:
+        return meta
+    from dedup.frames import ROW_BITS
+
+    keys = np.unique(rows["doc"].to_numpy(np.int64))
+    found = []
+    for q in layout.gathered(partition_info["number"]):
+        need = keys[(keys >> ROW_BITS) == q]
+        if len(need):
+            found.append(_partition_features(need, q, layout, params, exact, meta))
+    return pd.concat(found, ignore_index=True) if found else meta
+
+
+def _partition_features(need: NDArray[np.int64], q: int, layout: Layout, params: Params, exact: bool, meta: Any) -> Any:
+    """`index_features` of the sorted keys `need`, all of global index partition q."""
     import fsspec
     import pandas as pd
     import pyarrow.parquet as pq
 
     from dedup.frames import CLEAN, ROW_BITS, sig_columns
 
-    meta = features_meta(params.num_perm, id_dtype)
-    if partition_info is None or partition_info["number"] < layout.first or rows.empty:
-        return meta
-    part, p, start = layout.locate(partition_info["number"])
+    part, p, start = layout.locate(q)
     offset = np.int64(start << ROW_BITS)
-    need = np.unique(rows["doc"].to_numpy(np.int64)) - offset
+    need = need - offset
     fs, path = fsspec.core.url_to_fs(docs_file(part.url, p))
     with fs.open(path, "rb") as fh:
         pf = pq.ParquetFile(fh)

@@ -112,8 +112,9 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             stage.summary = f"{report.contaminated} documents hit {got['records']} protected record(s)"
     if not near:
         return Decisions(feat, None, None, None)
-    layout = index.Layout(tuple(against), feat.npartitions) if against else None
+    layout = index.Layout.gathering(against, feat.npartitions) if against else None
     first_indexed = layout.first_key if layout else frames.NO_INDEX
+    placement = layout.placement if layout else frames.OWN
     with Stage(report, "buckets") as stage:
         edges, idx_feat, c = stages.buckets(feat, params, npartitions, index_out=index_out, layout=layout)
         report.approximated_buckets = c["approximated_buckets"]
@@ -132,7 +133,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
     with Stage(report, "confirm") as stage:
         graph, pairs, conf = stages.confirm(edges, feat_all, texts, text_column=text_column, params=params,
-                                            n_new=feat.npartitions)
+                                            n_new=feat.npartitions, placement=placement)
         report.similarity_histogram = conf["similarity_histogram"]
         report.candidate_pairs, report.confirmed_pairs = conf["candidate_pairs"], conf["confirmed_pairs"]
         report.same_text_pairs = conf["same_text_pairs"]
@@ -151,7 +152,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             report.component_rounds = rounds
             stage.summary = f"{conf['graph_edges']} edges joined on the cluster in {rounds} large/small-star rounds"
     with Stage(report, "roots") as stage:
-        roots, by_component, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed)
+        roots, by_component, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement)
         report.clusters, report.largest_cluster = c["clusters"], c["largest"]
         report.near_duplicates = c["duplicates"]
         report.near_duplicates_of_indexed = c["of_indexed"]

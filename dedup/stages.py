@@ -38,10 +38,12 @@ def _route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray]
     return with_part.set_index("_part", divisions=divisions, sorted=False)
 
 
-def route(frame: dd.DataFrame, key_column: str, npartitions: int) -> dd.DataFrame:
+def route(frame: dd.DataFrame, key_column: str, npartitions: int,
+          placement: frames.Placement = frames.OWN) -> dd.DataFrame:
     """`frame`'s rows moved to the partition of the document key in `key_column`: partition i of the
-    result holds exactly the rows whose key belongs to features partition i (a shuffle, no graph data)."""
-    return _route_by(frame, lambda df: frames.key_partition(df[key_column].to_numpy(np.int64)), npartitions)
+    result holds exactly the rows whose key belongs to features partition i, by `placement` (a
+    shuffle, no graph data)."""
+    return _route_by(frame, lambda df: placement(df[key_column].to_numpy(np.int64)), npartitions)
 
 
 def route_ranges(frame: dd.DataFrame, npartitions: int) -> dd.DataFrame:
@@ -226,7 +228,7 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
         first_indexed = layout.first_key
         exact = params.confirm == "exact"
         matched = ranged.map_partitions(index.matched_rows, layout, k, meta=frames.LONG_META)
-        at_docs = route(matched, "doc", layout.total)
+        at_docs = route(matched, "doc", layout.total, layout.placement)
         id_dtype = feat._meta["_id"].dtype
         idx_feat = at_docs.map_partitions(index.index_features, layout, params, exact, id_dtype,
                                           meta=index.features_meta(params.num_perm, id_dtype))
@@ -269,8 +271,9 @@ SIMILARITY_BINS = 50
 """Bins of [0, 1] for the similarity histogram of candidate pairs (the report's plot)."""
 
 
-def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str,
-            params: Params, n_new: int | None = None) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, Any]]:
+def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str, params: Params,
+            n_new: int | None = None, placement: frames.Placement = frames.OWN
+            ) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, Any]]:
     """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
     document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
     then to its right document's, where it is scored. Same-text edges of buckets travel the same
@@ -278,15 +281,15 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     pairs inside each partition. Returns the persisted graph (left, right) the components are made
     of, the persisted confirmed pairs with their similarities (left, right, estimate, jaccard), and
     counts with a histogram of every candidate's similarity. Partitions from `n_new` on are earlier indexes'
-    documents (never paired with each other)."""
+    documents (never paired with each other), placed by `placement`."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
     routes = edges.map_partitions(frames.confirm_routes, meta=frames.ROUTED_META)
     src = None if params.confirm == "estimate" else texts
-    at_left = dd.map_partitions(frames.pairs_with_left, route(routes, "left", n), feat, src, text_column, params,
+    at_left = dd.map_partitions(frames.pairs_with_left, route(routes, "left", n, placement), feat, src, text_column, params,
                                 meta=frames.left_payload_meta(params, id_meta), align_dataframes=False)
-    scored = dd.map_partitions(frames.score_at_right, route(at_left, "right", n), feat, src, text_column, params,
+    scored = dd.map_partitions(frames.score_at_right, route(at_left, "right", n, placement), feat, src, text_column, params,
                                meta=frames.scored_meta(id_meta), align_dataframes=False).persist()
     same_local = feat.partitions[:n_new].map_partitions(frames.same_text_pairs_with_ids, meta=frames.PAIR_META.assign(
         left_id=id_meta.iloc[:0], right_id=id_meta.iloc[:0]))
@@ -390,19 +393,19 @@ def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.Dat
 
 # -- roots -----------------------------------------------------------------------------------------
 
-def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None,
-          first_indexed: int = frames.NO_INDEX) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, int]]:
+def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = frames.NO_INDEX,
+          placement: frames.Placement = frames.OWN) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, int]]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
     the same rows persisted by component (for the report).
 
     The labels (smallest key of each component) go to their documents' partitions to collect
     ids, then are shuffled on the label so each component is in one partition, where its root,
     the smallest id, is chosen (the smallest indexed id, when the component holds documents of an
-    earlier output: partitions from `n_new` on, keys from `first_indexed` on)."""
+    earlier output: partitions from `n_new` on, placed by `placement`, keys from `first_indexed` on)."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
-    with_ids = dd.map_partitions(frames.with_ids, route(labels, "doc", n), feat,
+    with_ids = dd.map_partitions(frames.with_ids, route(labels, "doc", n, placement), feat,
                                  meta=frames.MEMBER_META.assign(_id=id_meta.iloc[:0]), align_dataframes=False)
     root_meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
     by_component = with_ids.shuffle(on="label", npartitions=max(1, n_new)).map_partitions(

@@ -281,6 +281,27 @@ def test_a_range_reads_the_index_files_that_hold_its_keys(index_parts: int, part
             assert in_range[in_file == j].all()
 
 
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=4), st.integers(1, 8), st.data())
+def test_gathered_index_partitions_hold_each_indexed_key_once(sizes: list[int], first: int, data) -> None:
+    """A run gathers the index partitions a few at a time: each is gathered by exactly one of the
+    run's partitions after its own, the one its keys are placed in; the run's own keys stay put."""
+    from dedup.frames import ROW_BITS
+    from dedup.index import IndexPart, Layout
+
+    parts = [IndexPart(url=f"idx{i}", uid=str(i), partitions=n, bucket_parts=1, id_parts=1, documents=0,
+                       output="out", text_column="text") for i, n in enumerate(sizes)]
+    layout = Layout.gathering(parts, first)
+    held = sum(sizes)
+    assert layout.total - first == -(-held // layout.group) <= max(first, 1)
+    owner = {q: g for g in range(first, layout.total) for q in layout.gathered(g)}
+    assert sorted(owner) == list(range(first, first + held))
+    assert sum(len(layout.gathered(g)) for g in range(first, layout.total)) == held
+    rows = data.draw(st.lists(st.integers(0, 1000), min_size=1, max_size=20))
+    for q in list(range(first + held)):
+        keys = (np.int64(q) << ROW_BITS) | np.array(rows, dtype=np.int64)
+        assert set(layout.placement(keys).tolist()) == {owner.get(q, q)}
+
+
 def test_an_index_of_format_2_gives_the_same_decisions(client, tmp_path: Path, split) -> None:
     """Format 2 band files carry no text hashes: their rows fetch them from the docs files (a detour
     through the index partitions) and must reach the same decisions as format 3's, read directly."""
