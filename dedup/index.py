@@ -450,27 +450,39 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     exact Jaccard leaves it out."""
     import pandas as pd
 
-    meta = features_meta(params.num_perm, id_dtype)
+    from dedup.frames import CLEAN, ROW_BITS, sig_columns
+
     if partition_info is None or partition_info["number"] < layout.first or rows.empty:
-        return meta
-    from dedup.frames import ROW_BITS
-
+        return features_meta(params.num_perm, id_dtype)
     keys = np.unique(rows["doc"].to_numpy(np.int64))
-    found = []
-    for q in layout.gathered(partition_info["number"]):
-        need = keys[(keys >> ROW_BITS) == q]
-        if len(need):
-            found.append(_partition_features(need, q, layout, params, exact, meta))
-    return pd.concat(found, ignore_index=True) if found else meta
+    found = [_partition_rows(need, q, layout, exact) for q in layout.gathered(partition_info["number"])
+             if len(need := keys[(keys >> ROW_BITS) == q])]
+    if not found:
+        return features_meta(params.num_perm, id_dtype)
+    docs = np.concatenate([d for d, _, _ in found])
+    taken = pa.concat_tables([t for _, t, _ in found])
+    texts = [t for _, _, ts in found for t in ts]
+    n = len(docs)
+    out = pd.DataFrame(_signatures(taken.column("signature"), params.num_perm), columns=sig_columns(params.num_perm),
+                       copy=False)  # _signatures made the one copy
+    ids = taken.column("root")
+    leading = {"_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=id_dtype), "doc": docs,
+               "tkey": taken.column("tkey").to_numpy(), "tkey2": taken.column("tkey2").to_numpy(),
+               "source": np.full(n, CLEAN, np.int32), "source_gram": np.full(n, -1, np.int64)}
+    for i, (name, values) in enumerate(leading.items()):  # inserted beside the one block of signatures
+        out.insert(i, name, values)
+    out["_text"] = pd.Series(texts, dtype=TEXT_DTYPE)
+    return out
 
 
-def _partition_features(need: NDArray[np.int64], q: int, layout: Layout, params: Params, exact: bool, meta: Any) -> Any:
-    """`index_features` of the sorted keys `need`, all of global index partition q."""
+def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool) -> tuple[NDArray[np.int64], pa.Table,
+                                                                                            list[Any]]:
+    """Of the sorted keys `need`, all of global index partition q: the keys found, their docs-file
+    rows (doc, id, root, tkey, tkey2, signature, file, row) and, with `exact`, their texts."""
     import fsspec
-    import pandas as pd
     import pyarrow.parquet as pq
 
-    from dedup.frames import CLEAN, ROW_BITS, sig_columns
+    from dedup.frames import ROW_BITS
 
     part, p, start = layout.locate(q)
     offset = np.int64(start << ROW_BITS)
@@ -489,16 +501,11 @@ def _partition_features(need: NDArray[np.int64], q: int, layout: Layout, params:
     if exact and len(docs):  # a duplicate the earlier run dropped has no text to compare with
         ok &= table.column("file").is_valid().to_numpy(zero_copy_only=False)[pos]
     taken = table.take(pa.array(pos[ok]))
-    n = taken.num_rows
-    ids = taken.column("root" if "root" in taken.column_names else "id")
-    out = pd.DataFrame({
-        "_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=meta["_id"].dtype),
-        "doc": need[ok] + offset, "tkey": taken.column("tkey").to_numpy(),
-        "tkey2": taken.column("tkey2").to_numpy(), "source": np.full(n, CLEAN, np.int32),
-        "source_gram": np.full(n, -1, np.int64)})
-    sigs = pd.DataFrame(_signatures(taken.column("signature"), params.num_perm), columns=sig_columns(params.num_perm))
-    texts: list[Any] = [None] * n
-    if exact and n:
+    if "root" not in taken.column_names:  # an index older than roots: every document is its own
+        taken = taken.append_column("root", taken.column("id"))
+    taken = taken.select(["doc", "id", "root", "tkey", "tkey2", "signature", "file", "row"])
+    texts: list[Any] = [None] * taken.num_rows
+    if exact and taken.num_rows:
         files = taken.column("file").to_pylist()
         at = taken.column("row").to_numpy()
         for name in sorted(set(files)):
@@ -508,7 +515,7 @@ def _partition_features(need: NDArray[np.int64], q: int, layout: Layout, params:
                 col = pq.read_table(fh, columns=[part.text_column]).column(0)
             for i, t in zip(which, col.take(pa.array(at[which])).to_pylist()):
                 texts[i] = t
-    return pd.concat([out, sigs], axis=1).assign(_text=pd.Series(texts, dtype=TEXT_DTYPE))
+    return need[ok] + offset, taken, texts
 
 
 def _groups_holding(pf: Any, need: NDArray[np.int64]) -> list[int]:

@@ -31,6 +31,17 @@ def corpus_frame(corpus: list[CorpusDoc]) -> pd.DataFrame:
                          "family": [d.family for d in corpus]})
 
 
+SKEW_BASE = " ".join(f"boilerplate{i}" for i in range(100))  # 100 distinct words: copies with one more word have J > 0.97
+
+
+@pytest.fixture(scope="session")
+def skewed_frame(corpus_frame: pd.DataFrame) -> pd.DataFrame:
+    """The corpus plus 12 near copies of one page, shuffled: one bucket holds 12 distinct texts (> max_bucket 4)."""
+    near = pd.DataFrame({"id": [f"zz{i:02d}" for i in range(12)], "text": [f"{SKEW_BASE} tail{i}" for i in range(12)],
+                         "family": "zz"})
+    return pd.concat([corpus_frame, near], ignore_index=True).sample(frac=1.0, random_state=1).reset_index(drop=True)
+
+
 def write_shards(frame: pd.DataFrame, directory: Path, shards: int) -> Path:
     """Write `frame` as `shards` Parquet files (round robin rows) into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)

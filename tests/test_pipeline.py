@@ -44,23 +44,23 @@ def test_pipeline_equals_in_memory_clusters(client, tmp_path: Path, corpus_frame
 
 
 def test_same_assignments_for_any_partitioning_order_and_cluster(client, tmp_path: Path,
-                                                                 corpus_frame: pd.DataFrame) -> None:
+                                                                 skewed_frame: pd.DataFrame) -> None:
     """One shard or many, whole or split into partitions of 200 rows or of one, shuffled rows, client or
     distributed components, two worker processes or one worker's two threads: the same assignments.
-    Buckets of more than 4 texts are joined by star edges here, so that path is held to it too."""
+    A bucket of 12 texts (more than max_bucket 4) is joined by star edges, so that path is held to it too."""
     from distributed import Client, LocalCluster
 
     params = Params(max_bucket=4)
     outputs = []
     for shards, rows, components in ((1, 10**6, "client"), (3, 10**6, "client"), (7, 200, "distributed"),
                                      (7, 1, "client")):
-        src = write_shards(corpus_frame, tmp_path / f"in{shards}-{rows}", shards)
+        src = write_shards(skewed_frame, tmp_path / f"in{shards}-{rows}", shards)
         m = run(str(src), str(tmp_path / f"out{shards}-{rows}"), params=params, drop=False, partition_rows=rows,
                 components=components)
         assert m["partitions"] == {1: 1, 3: 1, 7: 7}[shards] if rows != 200 else 1 < m["partitions"] < 7
         assert m["approximated_buckets"] > 0 and m["components"] == components
         outputs.append(_assignments(tmp_path / f"out{shards}-{rows}"))
-    shuffled = corpus_frame.sample(frac=1.0, random_state=3)
+    shuffled = skewed_frame.sample(frac=1.0, random_state=3)
     src = write_shards(shuffled, tmp_path / "in-shuffled", 4)
     run(str(src), str(tmp_path / "out-shuffled"), params=params, drop=False, components="distributed",
         partition_rows=60)
@@ -71,7 +71,7 @@ def test_same_assignments_for_any_partitioning_order_and_cluster(client, tmp_pat
             components="distributed")
     outputs.append(_assignments(tmp_path / "out-threads"))
     assert all(o == outputs[0] for o in outputs)
-    assert outputs[0].count(b"\n") == len(corpus_frame) + 1
+    assert outputs[0].count(b"\n") == len(skewed_frame) + 1
 
 
 def test_drop_keeps_roots_in_input_order_and_mirrors_shards(client, tmp_path: Path, corpus_frame: pd.DataFrame) -> None:

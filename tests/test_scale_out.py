@@ -20,15 +20,9 @@ from dedup.pipeline import process, run
 from tests.conftest import write_shards
 
 LOCAL = {"scheduler": "sync", "dataframe.shuffle.method": "tasks"}
-BASE = " ".join(f"boilerplate{i}" for i in range(100))  # 100 distinct words: copies with one more word have J > 0.97
-
-
 @pytest.fixture(scope="module")
-def frame(corpus_frame: pd.DataFrame) -> pd.DataFrame:
-    """The corpus plus 12 near copies of one page: one bucket holds 12 distinct texts (> max_bucket 4)."""
-    near = pd.DataFrame({"id": [f"zz{i:02d}" for i in range(12)], "text": [f"{BASE} tail{i}" for i in range(12)],
-                         "family": "zz"})
-    return pd.concat([corpus_frame, near], ignore_index=True).sample(frac=1.0, random_state=1).reset_index(drop=True)
+def frame(skewed_frame: pd.DataFrame) -> pd.DataFrame:
+    return skewed_frame
 
 
 def _groups(out: pd.DataFrame) -> list[set[str]]:
