@@ -211,8 +211,8 @@ DOCS_ROW_GROUP = 2048
 
 
 RANDOM_COLUMNS = frozenset({"key", "tkey", "tkey2", "signature", "h"})
-"""Index columns of hashes: random bits, which neither a dictionary nor compression shrinks (trying
-both made writing a band file 6 times slower and reading it 2 times slower)."""
+"""Index columns of hashes: random bits, which neither a dictionary nor compression shrinks; trying
+both only costs time when writing and reading."""
 DICTIONARY_COLUMNS = ("band", "file")
 """Index columns with few distinct values: dictionary-encoded. The rest are compressed with zstd."""
 
