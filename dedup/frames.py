@@ -83,7 +83,7 @@ class Placement:
     group: int = 1
 
     def __call__(self, keys: NDArray[np.int64]) -> NDArray[np.int64]:
-        p = keys >> ROW_BITS
+        p = key_partition(keys)
         if self.group == 1:
             return p
         return np.where(p >= self.first, self.first + (p - self.first) // self.group, p)

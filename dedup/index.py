@@ -322,7 +322,7 @@ class Layout:
     def gathering(cls, parts: Sequence[IndexPart], first: int) -> Layout:
         """As many gathered index partitions as the run has its own: an index partition holds only
         the documents sharing a bucket with this run's, about as many as the run's."""
-        held = sum(p.partitions for p in parts)
+        held = cls(tuple(parts), first).index_partitions
         return cls(tuple(parts), first, max(1, -(-held // max(1, first))))
 
     @property
