@@ -506,14 +506,15 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd
     if not pd.api.types.is_integer_dtype(ids.dtype):
         ids = ids.astype(object)
     doc = rows["doc"].to_numpy(np.int64)
-    label = rows["label"].to_numpy()
-    if (doc >= first_indexed).any():
-        order = pd.DataFrame({"label": label, "new": doc < first_indexed, "_id": ids.to_numpy()}).sort_values(
-            ["label", "new", "_id"], kind="stable")
-        first = order.drop_duplicates("label")
-        root = pd.Series(first["_id"].to_numpy(), index=first["label"].to_numpy()).reindex(label).to_numpy()
-    else:
-        root = ids.groupby(label).transform("min").to_numpy()
+    # ids ranked once (factorize sorts them: numeric or string order), then the smallest rank per
+    # label in numpy: a groupby min over Python strings runs a Python loop per component
+    codes, uniques = pd.factorize(ids.to_numpy(), sort=True)
+    n = max(len(uniques), 1)
+    rank = codes.astype(np.int64) + np.where(doc < first_indexed, n, 0)  # indexed documents rank first
+    labels, group = np.unique(rows["label"].to_numpy(np.int64), return_inverse=True)
+    best = np.full(len(labels), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(best, group, rank)
+    root = np.asarray(uniques)[best[group] % n]
     return pd.DataFrame({"doc": doc, "root": root, "_id": ids.to_numpy()})
 
 

@@ -145,14 +145,15 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             mode = "client" if conf["graph_edges"] <= CLIENT_COMPONENT_EDGES else "distributed"
         report.components = mode
         if mode == "client":
-            labels = stages.components_on_client(graph, feat_all.npartitions, spill_dir)
+            labels = stages.components_on_client(graph, feat_all.npartitions, spill_dir, placement)
             stage.summary = f"{conf['graph_edges']} edges joined on the client"
         else:
             labels, rounds = stages.components_on_cluster(graph, npartitions or feat.npartitions)
             report.component_rounds = rounds
             stage.summary = f"{conf['graph_edges']} edges joined on the cluster in {rounds} large/small-star rounds"
     with Stage(report, "roots") as stage:
-        roots, by_component, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement)
+        roots, by_component, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement,
+                                              placed=mode == "client")
         report.clusters, report.largest_cluster = c["clusters"], c["largest"]
         report.near_duplicates = c["duplicates"]
         report.near_duplicates_of_indexed = c["of_indexed"]

@@ -329,11 +329,14 @@ def matches(pairs: dd.DataFrame, feat: dd.DataFrame, first_indexed: int = frames
 
 # -- components ------------------------------------------------------------------------------------
 
-def components_on_client(graph: dd.DataFrame, npartitions: int, spill_dir: str | None = None) -> dd.DataFrame:
+def components_on_client(graph: dd.DataFrame, npartitions: int, spill_dir: str | None = None,
+                         placement: frames.Placement = frames.OWN) -> dd.DataFrame:
     """(doc, label) by the vectorised min-label union-find on the client, fed partition by
-    partition; the labels go back to the workers as Parquet chunks in `spill_dir` (read back by
-    the tasks that need them, so a worker lost later costs a re-read, not the job), or without it
-    as scattered chunks; never through the graph."""
+    partition, and already placed: partition i of the result holds the labels of the documents of
+    features partition i (by `placement`), so the roots stage needs no shuffle to reach them. The
+    labels go back to the workers as one Parquet file a partition in `spill_dir` (read back by the
+    tasks that need them, so a worker lost later costs a re-read, not the job), or without it as
+    scattered pieces; never through the graph."""
     client = active_client()
     lefts: list[np.ndarray] = []
     rights: list[np.ndarray] = []
@@ -351,24 +354,66 @@ def components_on_client(graph: dd.DataFrame, npartitions: int, spill_dir: str |
     left = np.concatenate(lefts) if lefts else np.zeros(0, np.int64)
     right = np.concatenate(rights) if rights else np.zeros(0, np.int64)
     members, labels = components(left, right)
-    table = pd.DataFrame({"doc": members.astype(np.int64), "label": labels.astype(np.int64)})
-    chunk = 1_000_000
-    pieces = [table.iloc[i:i + chunk].reset_index(drop=True) for i in range(0, max(len(table), 1), chunk)]
+    members = members.astype(np.int64)
+    # members come sorted by key, and placement is monotone in the key: one slice a partition
+    bounds = np.searchsorted(placement(members), np.arange(npartitions + 1))
+    pieces = [pd.DataFrame({"doc": members[lo:hi], "label": labels[lo:hi].astype(np.int64)})
+              for lo, hi in zip(bounds[:-1], bounds[1:])]
     if client is None:
-        return dd.from_pandas(table, npartitions=max(1, min(npartitions, len(pieces))), sort=False)
+        return dd.from_map(_piece, pieces, meta=frames.MEMBER_META, enforce_metadata=False)
     if spill_dir is not None:
-        import fsspec
-
-        fs, root = fsspec.core.url_to_fs(spill_dir)
-        fs.makedirs(root, exist_ok=True)
-        paths = []
-        for i, piece in enumerate(pieces):
-            with fs.open(f"{root}/labels-{i:06d}.parquet", "wb") as fh:
-                piece.to_parquet(fh, index=False)
-            paths.append(f"{spill_dir}/labels-{i:06d}.parquet")
-        return dd.from_map(pd.read_parquet, paths, meta=frames.MEMBER_META, enforce_metadata=False)
+        return dd.from_map(_read_labels, _spill_labels(pieces, spill_dir), meta=frames.MEMBER_META,
+                           enforce_metadata=False)
     futures = client.scatter(pieces)
     return dd.from_delayed(futures, meta=frames.MEMBER_META, verify_meta=False)
+
+
+LABEL_FILE_ROWS = 1_000_000
+"""Rows of a labels file written by client components: each partition's labels are one row group."""
+
+
+def _spill_labels(pieces: Sequence[pd.DataFrame], spill_dir: str) -> list[tuple[str, int] | None]:
+    """Write the pieces as row groups of a few Parquet files; (file, row group) per piece, None if empty."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    files: list[list[int]] = [[]]
+    rows = 0
+    for i, piece in enumerate(pieces):
+        if piece.empty:
+            continue
+        if rows >= LABEL_FILE_ROWS:
+            files.append([])
+            rows = 0
+        files[-1].append(i)
+        rows += len(piece)
+    fs, root = fsspec.core.url_to_fs(spill_dir)
+    fs.makedirs(root, exist_ok=True)
+    where: list[tuple[str, int] | None] = [None] * len(pieces)
+    schema = pa.schema([("doc", pa.int64()), ("label", pa.int64())])
+    for f, members in enumerate(files):
+        name = f"labels-{f:06d}.parquet"
+        with fs.open(f"{root}/{name}", "wb") as fh, pq.ParquetWriter(fh, schema) as writer:
+            for group, i in enumerate(members):
+                writer.write_table(pa.Table.from_pandas(pieces[i], schema=schema, preserve_index=False),
+                                   row_group_size=len(pieces[i]))
+                where[i] = (f"{spill_dir}/{name}", group)
+    return where
+
+
+def _read_labels(where: tuple[str, int] | None) -> pd.DataFrame:
+    if where is None:
+        return frames.MEMBER_META.copy()
+    import fsspec
+    import pyarrow.parquet as pq
+
+    path, group = where
+    with fsspec.open(path, "rb") as fh:
+        return pq.ParquetFile(fh).read_row_group(group).to_pandas()
+
+
+def _piece(piece: pd.DataFrame) -> pd.DataFrame:
+    return piece
 
 
 def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.DataFrame, int]:
@@ -394,18 +439,21 @@ def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.Dat
 # -- roots -----------------------------------------------------------------------------------------
 
 def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = frames.NO_INDEX,
-          placement: frames.Placement = frames.OWN) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, int]]:
+          placement: frames.Placement = frames.OWN, placed: bool = False
+          ) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, int]]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
     the same rows persisted by component (for the report).
 
     The labels (smallest key of each component) go to their documents' partitions to collect
     ids, then are shuffled on the label so each component is in one partition, where its root,
     the smallest id, is chosen (the smallest indexed id, when the component holds documents of an
-    earlier output: partitions from `n_new` on, placed by `placement`, keys from `first_indexed` on)."""
+    earlier output: partitions from `n_new` on, placed by `placement`, keys from `first_indexed` on).
+    `placed`: the labels are at their documents' partitions already (`components_on_client`)."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
-    with_ids = dd.map_partitions(frames.with_ids, route(labels, "doc", n, placement), feat,
+    at_docs = labels if placed else route(labels, "doc", n, placement)
+    with_ids = dd.map_partitions(frames.with_ids, at_docs, feat,
                                  meta=frames.MEMBER_META.assign(_id=id_meta.iloc[:0]), align_dataframes=False)
     root_meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
     by_component = with_ids.shuffle(on="label", npartitions=max(1, n_new)).map_partitions(
