@@ -50,8 +50,17 @@ def mark_skipped(feat: pd.DataFrame, skipped: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def sig_columns(num_perm: int) -> list[str]:
-    return [f"h{i:03d}" for i in range(num_perm)]
+SIG = "sig"
+"""The features frame's signature column: each document's num_perm uint32 values as one binary
+value (`sig_payload`; `signatures_of` reads them back as a 2-D array). One column instead of
+num_perm: every task that builds, slices, measures (dask's sizeof) or pickles a features frame
+handles one column, not a hundred and thirty."""
+
+
+def signatures_of(feat: pd.DataFrame, num_perm: int, rows: NDArray[np.int64] | None = None) -> NDArray[np.uint32]:
+    """The signatures of a features frame (of `rows` only, when given), uint32 [n, num_perm]."""
+    column = feat[SIG] if rows is None else feat[SIG].iloc[rows]
+    return payload_sigs(column, num_perm)
 
 
 ROW_BITS = 32
@@ -107,8 +116,7 @@ def features_meta(num_perm: int, id_dtype: Any) -> pd.DataFrame:
         "source": pd.Series(dtype=np.int32),
         "source_gram": pd.Series(dtype=np.int64),
     }
-    for c in sig_columns(num_perm):
-        cols[c] = pd.Series(dtype=np.uint32)
+    cols[SIG] = sig_payload(np.zeros((0, num_perm), dtype=np.uint32))
     return pd.DataFrame(cols)
 
 
@@ -147,11 +155,9 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
     tkey[~active] = 0
     tkey2[~active] = 0
     number = partition_info["number"] if partition_info else 0
-    out = pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(number, n), "tkey": tkey,
-                        "tkey2": tkey2, "source": source.astype(np.int32), "source_gram": source_gram},
-                       index=range(n))
-    sig_frame = pd.DataFrame(sigs, columns=sig_columns(params.num_perm))
-    return pd.concat([out, sig_frame], axis=1)
+    return pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(number, n), "tkey": tkey,
+                         "tkey2": tkey2, "source": source.astype(np.int32), "source_gram": source_gram,
+                         SIG: sig_payload(sigs).array}, index=range(n))
 
 
 def _local_reps(feat: pd.DataFrame) -> tuple[pd.DataFrame, NDArray[np.int64]]:
@@ -198,7 +204,7 @@ def long_form(feat: pd.DataFrame, params: Params) -> pd.DataFrame:
     """
     active, rep = _local_reps(feat)
     reps = active[active["doc"].to_numpy() == rep]
-    sigs = reps[sig_columns(params.num_perm)].to_numpy()
+    sigs = signatures_of(reps, params.num_perm)
     keys = band_keys(sigs, num_bands=params.num_bands, rows_per_band=params.rows_per_band)
     n, nb = keys.shape
     out = pd.DataFrame({
@@ -404,7 +410,7 @@ def pairs_with_left(routes: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame
     lo, hi = routes["left"].to_numpy(np.int64), routes["right"].to_numpy(np.int64)
     same = routes["same"].to_numpy(bool)
     rows = rows_of(feat, lo)
-    sigs = feat[sig_columns(params.num_perm)].to_numpy()[rows]
+    sigs = signatures_of(feat, params.num_perm, rows)
     out = pd.DataFrame({"left": lo, "right": hi, "same": same, "left_id": feat["_id"].to_numpy()[rows]})
     out = out.assign(_sig=sig_payload(sigs, ~same).values)
     if params.confirm == "estimate":
@@ -434,9 +440,8 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
     n = len(score)
     right_keys = rows["right"].to_numpy(np.int64)
     right_rows = rows_of(feat, right_keys[score])
-    cols = sig_columns(params.num_perm)
     sigs = np.concatenate([payload_sigs(rows["_sig"].iloc[score], params.num_perm),
-                           feat[cols].to_numpy(np.uint32)[right_rows]])
+                           signatures_of(feat, params.num_perm, right_rows)])
     estimate = np.ones(len(rows), dtype=np.float64)
     estimate[score] = pair_estimates(sigs, np.arange(n), np.arange(n, 2 * n))
     jaccard = np.full(len(rows), 1.0 if params.confirm == "exact" else np.nan)

@@ -450,7 +450,7 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     exact Jaccard leaves it out."""
     import pandas as pd
 
-    from dedup.frames import CLEAN, ROW_BITS, sig_columns
+    from dedup.frames import CLEAN, ROW_BITS, SIG, sig_payload
 
     if partition_info is None or partition_info["number"] < layout.first or rows.empty:
         return features_meta(params.num_perm, id_dtype)
@@ -463,16 +463,12 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     taken = pa.concat_tables([t for _, t, _ in found])
     texts = [t for _, _, ts in found for t in ts]
     n = len(docs)
-    out = pd.DataFrame(_signatures(taken.column("signature"), params.num_perm), columns=sig_columns(params.num_perm),
-                       copy=False)  # _signatures made the one copy
     ids = taken.column("root")
-    leading = {"_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=id_dtype), "doc": docs,
-               "tkey": taken.column("tkey").to_numpy(), "tkey2": taken.column("tkey2").to_numpy(),
-               "source": np.full(n, CLEAN, np.int32), "source_gram": np.full(n, -1, np.int64)}
-    for i, (name, values) in enumerate(leading.items()):  # inserted beside the one block of signatures
-        out.insert(i, name, values)
-    out["_text"] = pd.Series(texts, dtype=TEXT_DTYPE)
-    return out
+    return pd.DataFrame({"_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=id_dtype), "doc": docs,
+                         "tkey": taken.column("tkey").to_numpy(), "tkey2": taken.column("tkey2").to_numpy(),
+                         "source": np.full(n, CLEAN, np.int32), "source_gram": np.full(n, -1, np.int64),
+                         SIG: sig_payload(_signatures(taken.column("signature"), params.num_perm)).array,
+                         "_text": pd.Series(texts, dtype=TEXT_DTYPE)})
 
 
 def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool) -> tuple[NDArray[np.int64], pa.Table,

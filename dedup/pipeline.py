@@ -315,7 +315,7 @@ def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[l
         # the kept documents, and the near duplicates found (those with band rows): a later run
         # that finds a document like one of them puts it in the same cluster
         take = np.flatnonzero(root | (np.isin(feat["doc"].to_numpy(np.int64), frames.band_documents(feat)) & ~root))
-        sigs = feat[frames.sig_columns(num_perm)].to_numpy(np.uint32)[take]
+        sigs = frames.signatures_of(feat, num_perm, take)
         tkeys = (feat["tkey"].to_numpy(np.uint64)[take], feat["tkey2"].to_numpy(np.uint64)[take])
         files = [f if k else None for f, k in zip(out_file[take].tolist(), keep[take])]
         table = index.docs_table(own[take].tolist(), cluster[take].tolist(), feat["doc"].to_numpy(np.int64)[take], tkeys,
@@ -538,7 +538,7 @@ def execute(plan: Plan) -> dict[str, Any]:
                 # the shards, the removed list and the page's summaries: one round trip
                 lazy: dict[str, dd.DataFrame] = {}
                 if not plan.dry_run:
-                    columns = ["doc", "source", "_id"] + (["tkey", "tkey2", *frames.sig_columns(params.num_perm)]
+                    columns = ["doc", "source", "_id"] + (["tkey", "tkey2", frames.SIG]
                                                           if write_index else [])
                     lazy["shards"] = dd.map_partitions(
                         _write_group, decided.feat[columns], decided.roots, layout, plan.id_column,

@@ -95,7 +95,17 @@ def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
     missing = [p for p in paths if not fs.exists(p.removeprefix(proto))]
     if missing:
         raise RuntimeError(f"Features were not written for {len(missing)} partition(s), e.g. {missing[0]}.")
-    return dd.from_map(pd.read_parquet, paths, meta=feat._meta, enforce_metadata=False)
+    return dd.from_map(_read_features, paths, meta=feat._meta, enforce_metadata=False)
+
+
+def _read_features(path: str) -> pd.DataFrame:
+    """A features file written by `_materialise`, the signature column back in its Arrow type."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    with fsspec.open(path, "rb") as fh:
+        table = pq.read_table(fh)
+    return table.to_pandas(types_mapper={pa.large_binary(): pd.ArrowDtype(pa.large_binary())}.get)
 
 
 CONFLICT_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "kind": pd.Series(dtype=np.int8)})
