@@ -137,6 +137,26 @@ def mix_spans(buf, start, end):  # pragma: no cover - compiled
     return out
 
 
+@numba.njit(cache=True, nogil=True)
+def text_keys(buf, start, end):  # pragma: no cover - compiled
+    """(mix_spans, fnv1a_spans) of the same byte spans in one pass: the two hash chains are
+    independent, so the core runs them side by side (a document's text is read once, not twice)."""
+    n = start.shape[0]
+    mix = np.empty(n, dtype=np.uint64)
+    fnv = np.empty(n, dtype=np.uint64)
+    for i in range(n):
+        h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(end[i] - start[i])
+        f = _OFFSET
+        for j in range(start[i], end[i]):
+            c = np.uint64(buf[j])
+            h = (h ^ c) * np.uint64(0xBF58476D1CE4E5B9)
+            h ^= h >> np.uint64(31)
+            f = (f ^ c) * _PRIME
+        mix[i] = h
+        fnv[i] = f
+    return mix, fnv
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _fnv_tail(buf, h, lo, hi):  # pragma: no cover - compiled
     for j in range(lo, hi):

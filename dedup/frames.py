@@ -17,7 +17,6 @@ from numpy.typing import NDArray
 from dedup import _kernels
 from dedup.config import Params
 from dedup.decontam import ProtectedNgrams
-from dedup.hashing import span_hashes
 from dedup.lsh import NO_KEY, band_keys
 from dedup.minhash import batch_signatures
 from dedup.text import encode_batch, encode_column, texts_of
@@ -147,8 +146,8 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
     span_start, span_end = batch.word_start[first], batch.word_end[last]
     tkey = np.zeros(n, dtype=np.uint64)
     tkey2 = np.zeros(n, dtype=np.uint64)
-    tkey[has_words] = _kernels.mix_spans(batch.buf, span_start, span_end)
-    tkey2[has_words] = span_hashes(batch.buf, span_start, span_end)
+    tkey[has_words], tkey2[has_words] = _kernels.text_keys(batch.buf, np.ascontiguousarray(span_start, np.int64),
+                                                           np.ascontiguousarray(span_end, np.int64))
     tkey[tkey == 0] = 1
     tkey2[tkey2 == 0] = 1
     active = has_words & (source < 0)

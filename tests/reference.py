@@ -14,6 +14,15 @@ def ref_fnv1a64(data: bytes) -> int:
     return h
 
 
+def ref_mix(data: bytes) -> int:
+    """The second text hash (`dedup._kernels.mix_spans`): xorshift-multiply per byte, seeded with the length."""
+    h = 0x9E3779B97F4A7C15 ^ len(data)
+    for byte in data:
+        h = ((h ^ byte) * 0xBF58476D1CE4E5B9) % 2**64
+        h ^= h >> 31
+    return h
+
+
 def ref_shingles(text: str, k: int) -> set[str]:
     w = re.findall(r"\w+", text.lower())
     if not w:

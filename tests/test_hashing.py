@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dedup import MERSENNE_P, PCG32, fnv1a64, perm_params, shingle_hashes
-from tests.reference import ref_fnv1a64, ref_perm_params
+from tests.reference import ref_fnv1a64, ref_mix, ref_perm_params
 
 
 def test_fnv1a64_vectors() -> None:
@@ -54,6 +54,20 @@ def test_shingle_hashes_match_reference(items: list[str]) -> None:
     got = shingle_hashes(items)
     assert got.dtype == np.uint64
     assert got.tolist() == [ref_fnv1a64(s.encode("utf-8")) % MERSENNE_P for s in items]
+
+
+@given(st.lists(st.binary(max_size=40), max_size=8))
+def test_text_keys_are_both_text_hashes_in_one_pass(parts: list[bytes]) -> None:
+    """The features stage's fused kernel gives exactly the two text hashes (tkey, tkey2) that the
+    separate kernels give, so earlier indexes' text keys still match."""
+    from dedup import _kernels
+
+    buf = np.frombuffer(b"".join(parts) or b"\0", dtype=np.uint8)
+    end = np.cumsum([len(p) for p in parts], dtype=np.int64)
+    start = end - np.array([len(p) for p in parts], dtype=np.int64)
+    mix, fnv = _kernels.text_keys(buf, start, end)
+    assert mix.tolist() == [ref_mix(p) for p in parts] == _kernels.mix_spans(buf, start, end).tolist()
+    assert fnv.tolist() == [ref_fnv1a64(p) for p in parts] == _kernels.fnv1a_spans(buf, start, end).tolist()
 
 
 def test_hashes_do_not_depend_on_the_process() -> None:
