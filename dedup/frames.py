@@ -242,9 +242,11 @@ def bucket_edges(long: pd.DataFrame, max_bucket: int, first_indexed: int = NO_IN
     same-text edges have left < right. Choices depend on texts, never on document keys, so the
     edges between texts do not depend on how the corpus is partitioned.
     """
-    if long.empty:
+    # a row whose key no other row has is alone in its bucket and makes no edge: sort only the rest
+    shared = pd.Series(long["key"].to_numpy()).duplicated(keep=False).to_numpy()
+    if not shared.any():
         return EDGE_META.copy()
-    df = long.sort_values(["band", "key", "tkey", "tkey2", "doc"], kind="stable")
+    df = long[shared].sort_values(["band", "key", "tkey", "tkey2", "doc"], kind="stable")
     band = df["band"].to_numpy()
     key = df["key"].to_numpy()
     tk = df["tkey"].to_numpy()

@@ -41,6 +41,20 @@ def test_bucket_edges_collapse_same_text_then_pair_or_star() -> None:
     # the star's centre is the text with the smallest hash (tkey 1, docs 3/5/9: doc 3 represents it)
 
 
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 4), st.integers(1, 3)), min_size=1, max_size=25),
+       st.integers(1, 4))
+def test_bucket_edges_are_the_edges_of_each_bucket_alone(rows: list[tuple[int, int, int]], max_bucket: int) -> None:
+    """Every bucket's edges depend on that bucket's rows only: a partition's edges are the union
+    of its buckets' edges computed one bucket at a time (lone rows, skipped before the sort, make none)."""
+    long = _long([(b, k, doc, t) for doc, (b, k, t) in enumerate(rows)])
+    got = frames.bucket_edges(long, max_bucket)
+    each = [frames.bucket_edges(g.reset_index(drop=True), max_bucket) for _, g in long.groupby(["band", "key"])]
+    alone = pd.concat(each, ignore_index=True)
+    as_set = {tuple(r) for r in got.to_numpy().tolist()}
+    assert len(as_set) == len(got) and as_set == {tuple(r) for r in alone.to_numpy().tolist()}
+    assert all(len(frames.bucket_edges(g, max_bucket)) == 0 for _, g in long.groupby(["band", "key"]) if len(g) == 1)
+
+
 def test_doc_keys_are_partition_and_row() -> None:
     keys = frames.doc_keys(3, 4)
     assert frames.key_partition(keys).tolist() == [3] * 4 and frames.key_row(keys).tolist() == [0, 1, 2, 3]
