@@ -1,6 +1,6 @@
 """Speed and memory of dedup against its peers, measured in one process run.
 
-    python benchmarks/speed.py --baseline /path/to/checkout-of-an-earlier-commit
+    python benchmarks/speed.py --baseline /path/to/checkout-of-an-earlier-commit [--baseline another]
     python benchmarks/speed.py --job-docs 50000 --scale 50000,200000      # quicker
 
 1. text -> signatures on one core (CPU seconds): dedup.signatures, datasketch MinHash.bulk (its
@@ -12,7 +12,8 @@
    counted from before the cluster starts. Each tool starts on a quiet machine: the previous
    one's processes have exited and the load has settled.
 3. where dedup's time goes: the one-core steps of the features stage and the job's stages
-   (`benchmarks/stage_profile.py`), for this build and, with --baseline, for an earlier one.
+   (`benchmarks/stage_profile.py`), for this build and, with --baseline, for earlier ones
+   (runs interleaved: build after build, `repeats` rounds, so a slow minute hits them all).
 4. scaling: `dedup run` from 50,000 to 2,000,000 documents, seconds and peak memory per document.
 """
 
@@ -42,22 +43,31 @@ RESULTS = Path(__file__).parent / "results"
 
 
 class PeakRSS:
-    """Samples the RSS of this process and all its children (Dask workers) every 50 ms."""
+    """Samples the RSS of this process and all its children every 50 ms: the peak of their sum, and
+    the peak of the largest Dask worker alone (a process started by multiprocessing's spawn, as
+    local clusters start their workers: a `dedup run` subprocess is counted in the sum only)."""
 
     def __init__(self) -> None:
         self.peak = 0
+        self.child_peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         me = psutil.Process(os.getpid())
+        worker: dict[int, bool] = {}
         while not self._stop.is_set():
-            total = 0
-            for p in [me, *me.children(recursive=True)]:
+            total = me.memory_info().rss
+            for p in me.children(recursive=True):
                 try:
-                    total += p.memory_info().rss
+                    rss = p.memory_info().rss
+                    if p.pid not in worker:
+                        worker[p.pid] = any("spawn_main" in a for a in p.cmdline())
                 except psutil.Error:
-                    pass
+                    continue
+                total += rss
+                if worker[p.pid]:
+                    self.child_peak = max(self.child_peak, rss)
             self.peak = max(self.peak, total)
             time.sleep(0.05)
 
@@ -130,8 +140,9 @@ def quiet(settle: float = 2.0, timeout: float = 60.0) -> None:
     time.sleep(settle)
 
 
-def run_dedup_job(src: Path, workers: int) -> tuple[float, int, dict]:
-    """`dedup run` on a fresh local cluster: seconds from before the cluster starts to the commit."""
+def run_dedup_job(src: Path, workers: int) -> tuple[float, PeakRSS, dict]:
+    """`dedup run` on a fresh local cluster: seconds from before the cluster starts to the commit,
+    the memory peaks (all processes, and the largest worker), the manifest."""
     from distributed import Client, LocalCluster
 
     from dedup.pipeline import run
@@ -145,7 +156,7 @@ def run_dedup_job(src: Path, workers: int) -> tuple[float, int, dict]:
             manifest = run(str(src), str(out))
             secs = time.perf_counter() - start
     shutil.rmtree(out.parent, ignore_errors=True)
-    return secs, mem.peak, manifest
+    return secs, mem, manifest
 
 
 def run_datasketch_job(src: Path) -> tuple[float, int]:
@@ -174,33 +185,38 @@ def run_datasketch_job(src: Path) -> tuple[float, int]:
     return secs, mem.peak
 
 
-def profile_section(src: Path, n: int, workers: int, baseline: Path | None, repeats: int) -> dict:
-    """One-core steps and per-stage seconds (benchmarks/stage_profile.py) for this build and the baseline."""
+def profile_section(src: Path, n: int, workers: int, baselines: Sequence[Path], repeats: int) -> dict:
+    """One-core steps and per-stage seconds (benchmarks/stage_profile.py) for this build and the baselines."""
     import subprocess
 
     import stage_profile as prof
 
-    label = ""
-    if baseline:
-        label = subprocess.run(["git", "-C", str(baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
-                               text=True).stdout.strip() or baseline.name
-    builds = [("this build", None)] + ([(f"baseline {label}", baseline)] if baseline else [])
+    builds: list[tuple[str, Path | None]] = [("this build", None)]
+    for path in baselines:
+        label = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True,
+                               text=True).stdout.strip() or path.name
+        builds.append((label, path))
     steps = prof.kernels(src)
     print(f"\n### where the time goes: one core, {n:,} documents (CPU seconds, this build)\n")
     print("| step | CPU s | docs per CPU-second |")
     print("|---|---:|---:|")
     for name, secs in steps.items():
         print(f"| {name} | {secs:.2f} | {n / secs:,.0f} |")
+    runs: dict[str, list[tuple[dict[str, float], float]]] = {label: [] for label, _ in builds}
+    peaks: dict[str, list[int]] = {label: [] for label, _ in builds}
+    for _ in range(repeats):  # interleaved, so that a slow minute of the machine hits every build
+        for label, path in builds:
+            quiet()
+            with PeakRSS() as mem:
+                runs[label].append(prof.job(src, workers, [], pythonpath=str(path) if path else None))
+            peaks[label].append(mem.child_peak)
     stages: dict[str, dict[str, float]] = {}
     walls: dict[str, float] = {}
-    for label, path in builds:
-        quiet()
-        env_path = str(path) if path else None
-        runs = [prof.job(src, workers, [], pythonpath=env_path) for _ in range(repeats)]
-        names = sorted({s for r in runs for s in r[0] if s != "total"})
-        stages[label] = {s: statistics.median(r[0].get(s, 0.0) for r in runs) for s in names}
-        stages[label]["job"] = statistics.median(sum(v for k, v in r[0].items() if k != "total") for r in runs)
-        walls[label] = statistics.median(r[1] for r in runs)
+    for label, rs in runs.items():
+        names = sorted({s for r in rs for s in r[0] if s != "total"})
+        stages[label] = {s: statistics.median(r[0].get(s, 0.0) for r in rs) for s in names}
+        stages[label]["job"] = statistics.median(sum(v for k, v in r[0].items() if k != "total") for r in rs)
+        walls[label] = statistics.median(r[1] for r in rs)
     names = sorted({s for st in stages.values() for s in st if s != "job"})
     print(f"\n### where the time goes: dedup run, {n:,} documents, {workers} workers, seconds per stage "
           f"(median of {repeats})\n")
@@ -213,7 +229,9 @@ def profile_section(src: Path, n: int, workers: int, baseline: Path | None, repe
                                                           for st in stages.values()) + " |")
     print("| wall of `dedup run` (process, cluster start included) | " +
           " | ".join(f"{w:.2f}" for w in walls.values()) + " |")
-    return {"steps": steps, "stages": stages, "walls": walls}
+    worker_peak = {label: statistics.median(p) for label, p in peaks.items()}
+    print("| peak RSS of one worker (MiB) | " + " | ".join(f"{p / 2**20:,.0f}" for p in worker_peak.values()) + " |")
+    return {"steps": steps, "stages": stages, "walls": walls, "worker_peak_rss": worker_peak}
 
 
 def main() -> None:
@@ -223,7 +241,8 @@ def main() -> None:
     ap.add_argument("--job-docs", type=int, default=204_000, help="documents for the whole-job comparison")
     ap.add_argument("--scale", default="50000,200000,1000000,2000000", help="corpus sizes for the scaling table")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--baseline", type=Path, help="a checkout of an earlier commit, profiled next to this build")
+    ap.add_argument("--baseline", type=Path, action="append", default=[],
+                    help="a checkout of an earlier commit, profiled next to this build (repeatable)")
     args = ap.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     report: dict = {"cpu": psutil.cpu_count(), "workers": args.workers}
@@ -238,14 +257,16 @@ def main() -> None:
         p_secs, p_mem = run_datasketch_job(src)
         d_secs, d_mem, manifest = run_dedup_job(src, args.workers)
         job_s = sum(v for k, v in manifest["seconds"].items() if k != "total")
-        report["job"] = {"docs": n, "dedup_seconds": d_secs, "dedup_job_seconds": job_s, "dedup_peak_rss": d_mem,
-                         "datasketch_seconds": p_secs, "datasketch_peak_rss": p_mem}
+        report["job"] = {"docs": n, "dedup_seconds": d_secs, "dedup_job_seconds": job_s, "dedup_peak_rss": d_mem.peak,
+                         "dedup_worker_peak_rss": d_mem.child_peak, "datasketch_seconds": p_secs,
+                         "datasketch_peak_rss": p_mem}
         print(f"\n### the whole job, {n:,} documents, Parquet in and out\n")
-        print("| tool | processes | wall seconds | docs per second | peak RSS (MiB) | dedup is x faster |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("| tool | processes | wall seconds | docs per second | peak RSS, all processes (MiB) | "
+              "peak RSS of one worker (MiB) | dedup is x faster |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         print(f"| dedup run (cluster start included) | {args.workers} workers + client | {d_secs:.1f} | "
-              f"{n / d_secs:,.0f} | {d_mem / 2**20:,.0f} | {p_secs / d_secs:.1f} |")
-        print(f"| datasketch MinHashLSH 16 x 8 | 1 | {p_secs:.1f} | {n / p_secs:,.0f} | {p_mem / 2**20:,.0f} | 1.0 |")
+              f"{n / d_secs:,.0f} | {d_mem.peak / 2**20:,.0f} | {d_mem.child_peak / 2**20:,.0f} | {p_secs / d_secs:.1f} |")
+        print(f"| datasketch MinHashLSH 16 x 8 | 1 | {p_secs:.1f} | {n / p_secs:,.0f} | {p_mem / 2**20:,.0f} | - | 1.0 |")
         print(f"\ndedup's job time (sum of its stages): {job_s:.1f} s, {n / (args.workers * job_s):,.0f} documents "
               "per CPU-second")
 
@@ -253,15 +274,17 @@ def main() -> None:
 
         scale = []
         print("\n### scaling: dedup run, 2 local workers (cluster start included)\n")
-        print("| documents | seconds | µs per document | docs per second | peak RSS (MiB) | clusters |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("| documents | seconds | µs per document | docs per second | peak RSS, all processes (MiB) | "
+              "peak RSS of one worker (MiB) | clusters |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
         for size in (int(x) for x in args.scale.split(",")):
             big = corpus_frame(size) if size > len(frame) else frame.iloc[:size]
             src = write_corpus(big, tmp / f"scale{size}", shards=max(4, size // 25_000))
             secs, mem, manifest = run_dedup_job(src, args.workers)
-            scale.append({"docs": size, "seconds": secs, "peak_rss": mem, "clusters": manifest["clusters"]})
-            print(f"| {size:,} | {secs:.1f} | {secs / size * 1e6:.0f} | {size / secs:,.0f} | {mem / 2**20:,.0f} | "
-                  f"{manifest['clusters']:,} |", flush=True)
+            scale.append({"docs": size, "seconds": secs, "peak_rss": mem.peak, "worker_peak_rss": mem.child_peak,
+                          "clusters": manifest["clusters"]})
+            print(f"| {size:,} | {secs:.1f} | {secs / size * 1e6:.0f} | {size / secs:,.0f} | {mem.peak / 2**20:,.0f} | "
+                  f"{mem.child_peak / 2**20:,.0f} | {manifest['clusters']:,} |", flush=True)
             shutil.rmtree(src, ignore_errors=True)
             del big
         report["scaling"] = scale

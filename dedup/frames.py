@@ -314,9 +314,12 @@ def confirm_routes(edges: pd.DataFrame) -> pd.DataFrame:
 
 
 def _distinct_routes(lo: NDArray[np.int64], hi: NDArray[np.int64], same: NDArray[np.bool_]) -> pd.DataFrame:
-    """Distinct (left, right, same) rows, sorted."""
-    rows = np.unique(np.stack([lo, hi, same.astype(np.int64)], axis=1), axis=0)
-    return pd.DataFrame({"left": rows[:, 0], "right": rows[:, 1], "same": rows[:, 2].astype(bool)})
+    """Distinct (left, right, same) rows, sorted (a lexsort: np.unique(axis=0) sorts rows as bytes, 6x slower)."""
+    order = np.lexsort((same, hi, lo))
+    lo, hi, same = lo[order], hi[order], same[order]
+    keep = np.ones(len(lo), dtype=bool)
+    keep[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1]) | (same[1:] != same[:-1])
+    return pd.DataFrame({"left": lo[keep], "right": hi[keep], "same": same[keep].astype(bool)})
 
 
 def sig_payload(sigs: NDArray[np.uint32], present: NDArray[np.bool_] | None = None) -> pd.Series:
