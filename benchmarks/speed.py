@@ -8,9 +8,9 @@
    RMinHash.update, the peers with Python shingling. Repeats interleaved; median and the ratio
    per repeat.
 2. the whole job on the §7 corpus: datasketch MinHashLSH 16 x 8 (query, then insert, one
-   process) first, then `dedup run` on a local cluster of 2 worker processes, its wall time
-   counted from before the cluster starts. Each tool starts on a quiet machine: the previous
-   one's processes have exited and the load has settled.
+   process) first, then `dedup run` on a local cluster of 2 worker processes started as the CLI
+   starts it, its wall time counted from before the cluster starts. Each tool starts on a quiet
+   machine: the previous one's processes have exited and the load has settled.
 3. where dedup's time goes: the one-core steps of the features stage and the job's stages
    (`benchmarks/stage_profile.py`), for this build and, with --baseline, for earlier ones
    (runs interleaved: build after build, `repeats` rounds, so a slow minute hits them all).
@@ -141,18 +141,17 @@ def quiet(settle: float = 2.0, timeout: float = 60.0) -> None:
 
 
 def run_dedup_job(src: Path, workers: int) -> tuple[float, PeakRSS, dict]:
-    """`dedup run` on a fresh local cluster: seconds from before the cluster starts to the commit,
-    the memory peaks (all processes, and the largest worker), the manifest."""
-    from distributed import Client, LocalCluster
-
+    """`dedup run` on a fresh local cluster, started as the CLI starts it (`dedup.runtime.dask_client`:
+    the workers load the kernels as they start): seconds from before the cluster starts to the
+    commit, the memory peaks (all processes, and the largest worker), the manifest."""
     from dedup.pipeline import run
+    from dedup.runtime import dask_client
 
     quiet()
     out = Path(tempfile.mkdtemp(prefix="dedup-bench-out-")) / "out"
     with PeakRSS() as mem:
         start = time.perf_counter()
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                          silence_logs=40) as cluster, Client(cluster):
+        with dask_client(n_workers=workers):
             manifest = run(str(src), str(out))
             secs = time.perf_counter() - start
     shutil.rmtree(out.parent, ignore_errors=True)
