@@ -8,9 +8,10 @@
    RMinHash.update, the peers with Python shingling. Repeats interleaved; median and the ratio
    per repeat.
 2. the whole job on the §7 corpus: datasketch MinHashLSH 16 x 8 (query, then insert, one
-   process) first, then `dedup run` on a local cluster of 2 worker processes started as the CLI
-   starts it, its wall time counted from before the cluster starts. Each tool starts on a quiet
-   machine: the previous one's processes have exited and the load has settled.
+   process), then `dedup run` on a local cluster of 2 worker processes started as the CLI
+   starts it, its wall time counted from before the cluster starts; `--job-repeats` rounds,
+   medians and the median of the per-round ratios. Each tool starts on a quiet machine: the
+   previous one's processes have exited and the load has settled.
 3. where dedup's time goes: the one-core steps of the features stage and the job's stages
    (`benchmarks/stage_profile.py`), for this build and, with --baseline, for earlier ones
    (runs interleaved: build after build, `repeats` rounds, so a slow minute hits them all).
@@ -251,6 +252,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--job-docs", type=int, default=204_000, help="documents for the whole-job comparison")
     ap.add_argument("--scale", default="50000,200000,1000000,2000000", help="corpus sizes for the scaling table")
+    ap.add_argument("--job-repeats", type=int, default=3, help="interleaved runs of each tool in the whole-job table")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--baseline", type=Path, action="append", default=[],
                     help="a checkout of an earlier commit, profiled next to this build (repeatable)")
@@ -265,21 +267,31 @@ def main() -> None:
     try:
         src = write_corpus(frame.iloc[: args.job_docs], tmp / "job", shards=16)
         n = args.job_docs
-        p_secs, p_mem = run_datasketch_job(src)
-        d_secs, d_mem, manifest = run_dedup_job(src, args.workers)
-        job_s = sum(v for k, v in manifest["seconds"].items() if k != "total")
-        report["job"] = {"docs": n, "dedup_seconds": d_secs, "dedup_job_seconds": job_s, "dedup_peak_rss": d_mem.peak,
-                         "dedup_worker_peak_rss": d_mem.child_peak, "datasketch_seconds": p_secs,
-                         "datasketch_peak_rss": p_mem}
-        print(f"\n### the whole job, {n:,} documents, Parquet in and out\n")
+        peer_runs: list[tuple[float, int]] = []
+        dedup_runs: list[tuple[float, PeakRSS, dict]] = []
+        for _ in range(args.job_repeats):  # interleaved: a slow minute of the machine hits both tools
+            peer_runs.append(run_datasketch_job(src))
+            dedup_runs.append(run_dedup_job(src, args.workers))
+        ratios = [p[0] / d[0] for p, d in zip(peer_runs, dedup_runs)]
+        p_secs, d_secs = statistics.median(p[0] for p in peer_runs), statistics.median(d[0] for d in dedup_runs)
+        p_mem = max(p[1] for p in peer_runs)
+        d_peak, d_worker = max(d[1].peak for d in dedup_runs), max(d[1].child_peak for d in dedup_runs)
+        jobs = [sum(v for k, v in d[2]["seconds"].items() if k != "total") for d in dedup_runs]
+        job_s = statistics.median(jobs)
+        report["job"] = {"docs": n, "repeats": args.job_repeats, "dedup_seconds": [d[0] for d in dedup_runs],
+                         "dedup_job_seconds": jobs, "dedup_peak_rss": d_peak, "dedup_worker_peak_rss": d_worker,
+                         "datasketch_seconds": [p[0] for p in peer_runs], "datasketch_peak_rss": p_mem, "ratios": ratios}
+        print(f"\n### the whole job, {n:,} documents, Parquet in and out (median of {args.job_repeats}, interleaved)\n")
         print("| tool | processes | wall seconds | docs per second | peak RSS, all processes (MiB) | "
-              "peak RSS of one worker (MiB) | dedup is x faster |")
+              "peak RSS of one worker (MiB) | dedup is x faster (median of per-repeat ratios) |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         print(f"| dedup run (cluster start included) | {args.workers} workers + client | {d_secs:.1f} | "
-              f"{n / d_secs:,.0f} | {d_mem.peak / 2**20:,.0f} | {d_mem.child_peak / 2**20:,.0f} | {p_secs / d_secs:.1f} |")
+              f"{n / d_secs:,.0f} | {d_peak / 2**20:,.0f} | {d_worker / 2**20:,.0f} | {statistics.median(ratios):.1f} |")
         print(f"| datasketch MinHashLSH 16 x 8 | 1 | {p_secs:.1f} | {n / p_secs:,.0f} | {p_mem / 2**20:,.0f} | - | 1.0 |")
-        print(f"\ndedup's job time (sum of its stages): {job_s:.1f} s, {n / (args.workers * job_s):,.0f} documents "
-              "per CPU-second")
+        print(f"\nper repeat: dedup {', '.join(f'{d[0]:.1f}' for d in dedup_runs)} s; datasketch "
+              f"{', '.join(f'{p[0]:.1f}' for p in peer_runs)} s; dedup's job time (sum of its stages) "
+              f"{', '.join(f'{j:.1f}' for j in jobs)} s, median {job_s:.1f} s: {n / (args.workers * job_s):,.0f} "
+              "documents per CPU-second")
 
         report["profile"] = profile_section(src, n, args.workers, args.baseline, args.repeats)
 
