@@ -314,7 +314,7 @@ def confirm_routes(edges: pd.DataFrame) -> pd.DataFrame:
 
 
 def _distinct_routes(lo: NDArray[np.int64], hi: NDArray[np.int64], same: NDArray[np.bool_]) -> pd.DataFrame:
-    """Distinct (left, right, same) rows, sorted (a lexsort: np.unique(axis=0) sorts rows as bytes, 6x slower)."""
+    """Distinct (left, right, same) rows, sorted (by a lexsort: np.unique(axis=0) took 4 times as long)."""
     order = np.lexsort((same, hi, lo))
     lo, hi, same = lo[order], hi[order], same[order]
     keep = np.ones(len(lo), dtype=bool)

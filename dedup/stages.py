@@ -344,9 +344,9 @@ def components_on_client(graph: dd.DataFrame, npartitions: int, spill_dir: str |
     """(doc, label) by the vectorised min-label union-find on the client, fed partition by
     partition, and already placed: partition i of the result holds the labels of the documents of
     features partition i (by `placement`), so the roots stage needs no shuffle to reach them. The
-    labels go back to the workers as one Parquet file a partition in `spill_dir` (read back by the
-    tasks that need them, so a worker lost later costs a re-read, not the job), or without it as
-    scattered pieces; never through the graph."""
+    labels go back to the workers as Parquet files in `spill_dir`, one row group a partition (read
+    back by the tasks that need them, so a worker lost later costs a re-read, not the job), or
+    without it as scattered pieces; never through the graph."""
     client = active_client()
     lefts: list[np.ndarray] = []
     rights: list[np.ndarray] = []
