@@ -387,8 +387,8 @@ def _spill_labels(pieces: Sequence[pd.DataFrame], spill_dir: str) -> list[tuple[
     import fsspec
     import pyarrow.parquet as pq
 
-    files: list[list[int]] = [[]]
-    rows = 0
+    files: list[list[int]] = []  # the non-empty pieces of each file
+    rows = LABEL_FILE_ROWS
     for i, piece in enumerate(pieces):
         if piece.empty:
             continue
