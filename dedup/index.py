@@ -217,11 +217,13 @@ DICTIONARY_COLUMNS = ("band", "file")
 """Index columns with few distinct values: dictionary-encoded. The rest are compressed with zstd."""
 
 
-def _write_sorted(table: pa.Table, key: str, path_url: str, row_group: int = 64 * 1024) -> int:
+def _write_sorted(table: pa.Table, keys: tuple[str, ...], path_url: str, row_group: int = 64 * 1024) -> int:
+    """Write `table` sorted by `keys` (the first one primary); they must make rows unique, so the file's
+    bytes never depend on the order rows arrived in (the shuffle's, which differs between schedulers)."""
     import fsspec
     import pyarrow.parquet as pq
 
-    order = np.argsort(table.column(key).to_numpy(), kind="stable")
+    order = np.lexsort([table.column(k).to_numpy() for k in reversed(keys)])
     fs, path = fsspec.core.url_to_fs(path_url)
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     names = table.column_names
@@ -234,18 +236,18 @@ def _write_sorted(table: pa.Table, key: str, path_url: str, row_group: int = 64 
 
 def write_docs(table: pa.Table, root: str, p: int) -> int:
     """Write one input partition's index documents (`docs_table`); bytes written."""
-    return _write_sorted(table, "doc", docs_file(root, p), DOCS_ROW_GROUP)
+    return _write_sorted(table, ("doc",), docs_file(root, p), DOCS_ROW_GROUP)
 
 
 def write_bands(rows: Any, root: str, m: int) -> int:
-    """Write one bucket range's rows (band, key, doc, tkey, tkey2), sorted by key; bytes written."""
+    """Write one bucket range's rows (band, key, doc, tkey, tkey2), sorted by key, band and doc; bytes written."""
     table = pa.table({c: rows[c].to_numpy() for c in BAND_SCHEMA.names}, schema=BAND_SCHEMA)
-    return _write_sorted(table, "key", band_file(root, m))
+    return _write_sorted(table, ("key", "band", "doc"), band_file(root, m))
 
 
 def write_ids(h: NDArray[np.uint64], ids: Any, id_type: pa.DataType, root: str, m: int) -> int:
     """Write one id range's (h, id), sorted by h; bytes written."""
-    return _write_sorted(pa.table({"h": pa.array(h, pa.uint64()), "id": pa.array(ids, id_type)}), "h", ids_file(root, m))
+    return _write_sorted(pa.table({"h": pa.array(h, pa.uint64()), "id": pa.array(ids, id_type)}), ("h",), ids_file(root, m))
 
 
 def read_range(part: IndexPart, kind: str, m: int, parts: int, column: str) -> pa.Table:

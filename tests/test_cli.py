@@ -81,6 +81,34 @@ def test_run_against_real_scheduler_and_workers(dask_processes: Path, tmp_path: 
     assert again.returncode == 2 and "--overwrite" in again.stderr
 
 
+def _digests(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_threads_write_the_clusters_output_byte_for_byte(dask_processes: Path, tmp_path: Path,
+                                                         corpus_frame: pd.DataFrame, protected_file: Path) -> None:
+    """`--threads 2` (no cluster) and a real scheduler with two worker processes: every file of OUTPUT
+    the same bytes (shards, index, removed list), the manifest the same but for its timings."""
+    src = write_shards(corpus_frame, tmp_path / "in", 3)
+    address = json.loads(dask_processes.read_text())["address"]
+    common = ("run", str(src))
+    cluster = _run(*common, str(tmp_path / "cluster"), "--scheduler", address, "--protected", str(protected_file))
+    threads = _run(*common, str(tmp_path / "threads"), "--threads", "2", "--protected", str(protected_file))
+    assert cluster.returncode == 0 and threads.returncode == 0, cluster.stderr + threads.stderr
+    assert "2 threads, no cluster" in threads.stderr and "no cluster" not in cluster.stderr
+    a, b = _digests(tmp_path / "cluster"), _digests(tmp_path / "threads")
+    varying = {"_dedup.json", "_index/index.json", "_report/index.html"}  # timings, the index's uid, the page
+    assert set(a) == set(b) and {p.name for p in src.iterdir()} <= set(a) and any(k.startswith("_index/bands") for k in a)
+    assert {k for k in a if a[k] != b[k]} <= varying
+    ma, mb = (json.loads((tmp_path / d / "_dedup.json").read_text()) for d in ("cluster", "threads"))
+    for m in (ma, mb):
+        del m["seconds"], m["output"]
+    assert ma == mb and ma["near_duplicates_dropped"] > 50 and ma["contaminated_dropped"] >= 3
+
+
 def test_demo_runs_on_a_local_cluster(tmp_path: Path) -> None:
     res = _run("demo", str(tmp_path / "demo"), "--originals", "120")
     assert res.returncode == 0, res.stderr

@@ -75,6 +75,8 @@ REFUSED = [
     ("data", "mine", ["--overwrite"], "holds files dedup did not write"),
     ("data", "/proc", ["--overwrite"], "is a mount point"),
     ("data", "out", ["--n-workers", "-1"], "--n-workers must be an integer >= 1"),
+    ("data", "out", ["--threads", "0"], "--threads must be an integer >= 1"),
+    ("data", "out", ["--threads", "2", "--n-workers", "2"], "--threads runs without a cluster"),
     ("data", "out", ["--max-bucket", "-5"], "'max_bucket' parameter must be an integer >= 2"),
     ("data", "out", ["--scheduler-file", "nowhere.json"], "does not exist; start the scheduler"),
     ("missing", "out", [], "Input 'missing' does not exist"),
