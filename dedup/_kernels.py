@@ -54,6 +54,10 @@ def minhash_rows(x, offsets, a, b, out):  # pragma: no cover - compiled
             out[d, i] = np.uint32(row[i])
 
 
+_U1 = np.uint64(1)
+_SPACE = np.uint8(32)
+
+
 @numba.njit(cache=True, nogil=True)
 def tokenize(buf, doc_start, doc_end, prenormalized, word_byte, not_space, lower):  # pragma: no cover - compiled
     """Words of each document as one compact buffer: words joined by single spaces.
@@ -62,53 +66,65 @@ def tokenize(buf, doc_start, doc_end, prenormalized, word_byte, not_space, lower
     array's data buffer and offsets can be passed as they are); prenormalized: bool [n], True
     where the document is already "w1 w2 ..." (not_space, a 256-entry 0/1 table, decides), else
     ASCII text where word_byte (a 256-entry 0/1 table) decides; lower: a 256-entry lower-casing
-    table. Returns (compact, word_start, word_end, word_count). A first pass counts words and
-    bytes (branch-free), so memory is exact: a huge document costs its size plus 16 bytes a word.
+    table (it must map word bytes to bytes other than the space). Returns (compact, word_start,
+    word_end, word_count). A first pass counts words and bytes, so memory is exact: a huge
+    document costs its size plus 16 bytes a word.
+
+    Every loop is branch-free (a word boundary is data, not a jump: about 3x faster than
+    branching on each byte, whose mispredictions at every word end cost more than the work):
+    each byte writes its lower-cased self or a space at `pos`, which moves on for word bytes and
+    for the first byte after a word, so every word is followed by exactly one space; the word
+    ends are then the spaces of that buffer. Indices are unsigned, so numba adds no wraparound.
     """
     n = doc_start.shape[0]
+    emit_word = np.empty(256, dtype=np.uint8)  # the byte written for each input byte, per table
+    emit_pre = np.empty(256, dtype=np.uint8)
+    for c in range(256):
+        emit_word[c] = lower[c] if word_byte[c] else _SPACE
+        emit_pre[c] = lower[c] if not_space[c] else _SPACE
     counts = np.zeros(n, dtype=np.int64)
-    total_words = 0
-    total_bytes = 0
+    total_words = np.uint64(0)
+    total_bytes = np.uint64(0)
     for d in range(n):
         table = not_space if prenormalized[d] else word_byte
-        prev = 0
-        words = 0
-        nbytes = 0
-        for i in range(doc_start[d], doc_end[d]):
-            w = table[buf[i]]
+        prev = np.uint64(0)
+        words = np.uint64(0)
+        nbytes = np.uint64(0)
+        for i in range(np.uint64(doc_start[d]), np.uint64(doc_end[d])):
+            w = np.uint64(table[buf[i]])
             nbytes += w
-            words += w & (prev ^ 1)
+            words += w & (prev ^ _U1)
             prev = w
         counts[d] = words
         total_words += words
         total_bytes += nbytes
-    out = np.empty(total_bytes + max(total_words - 1, 0), dtype=np.uint8)
-    starts = np.empty(total_words, dtype=np.int64)
-    ends = np.empty(total_words, dtype=np.int64)
-    pos = 0
-    nw = 0
+    out = np.empty(total_bytes + total_words + _U1, dtype=np.uint8)  # each word and its space, one spare
+    pos = np.uint64(0)
     for d in range(n):
         table = not_space if prenormalized[d] else word_byte
-        prev = 0
-        for i in range(doc_start[d], doc_end[d]):
+        emit = emit_pre if prenormalized[d] else emit_word
+        prev = np.uint64(0)
+        for i in range(np.uint64(doc_start[d]), np.uint64(doc_end[d])):
             c = buf[i]
-            w = table[c]
-            if w:
-                if not prev:
-                    if pos > 0:
-                        out[pos] = 32
-                        pos += 1
-                    starts[nw] = pos
-                out[pos] = lower[c]
-                pos += 1
-            elif prev:
-                ends[nw] = pos
-                nw += 1
+            w = np.uint64(table[c])
+            out[pos] = emit[c]
+            pos += w | prev
             prev = w
-        if prev:
-            ends[nw] = pos
-            nw += 1
-    return out, starts, ends, counts
+        out[pos] = _SPACE  # after the document's last word (kept only if it ends in one)
+        pos += prev
+    nw = np.int64(total_words)
+    ends = np.empty(nw + 1, dtype=np.int64)
+    k = np.uint64(0)
+    for i in range(pos):
+        ends[k] = i
+        k += np.uint64(out[i] == _SPACE)
+    starts = np.empty(nw, dtype=np.int64)
+    if nw:
+        starts[0] = 0
+        for j in range(1, nw):
+            starts[j] = ends[j - 1] + 1
+    size = np.int64(pos) - 1 if pos > 0 else 0
+    return out[:size], starts, ends[:nw], counts
 
 
 @numba.njit(cache=True, nogil=True)
