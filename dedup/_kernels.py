@@ -231,6 +231,32 @@ def window_hashes(buf, word_start, word_end, word_offsets, size, short, out_offs
 
 
 @numba.njit(cache=True, nogil=True)
+def band_keys(sigs, num_bands, rows_per_band):  # pragma: no cover - compiled
+    """out[d, b] = FNV-1a 64 over the little-endian bytes of (b as uint32, sigs[d, b*r:(b+1)*r] as
+    uint32). The bands are independent chains, advanced byte by byte side by side (the band loop
+    innermost vectorises): about 4x faster than the same hash as 36 numpy passes."""
+    n = sigs.shape[0]
+    out = np.empty((n, num_bands), dtype=np.uint64)
+    h = np.empty(num_bands, dtype=np.uint64)
+    for d in range(n):
+        for b in range(num_bands):
+            v = np.uint64(b)
+            x = _OFFSET
+            for q in range(4):
+                x = (x ^ ((v >> np.uint64(8 * q)) & np.uint64(255))) * _PRIME
+            h[b] = x
+        for r in range(rows_per_band):
+            for q in range(4):
+                shift = np.uint64(8 * q)
+                for b in range(num_bands):
+                    v = np.uint64(sigs[d, b * rows_per_band + r])
+                    h[b] = (h[b] ^ ((v >> shift) & np.uint64(255))) * _PRIME
+        for b in range(num_bands):
+            out[d, b] = h[b]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
 def spans_equal(buf_a, start_a, end_a, buf_b, start_b, end_b):  # pragma: no cover - compiled
     """out[i] = bytes buf_a[start_a[i]:end_a[i]] equal buf_b[start_b[i]:end_b[i]] (confirms hash hits)."""
     out = np.zeros(start_a.shape[0], dtype=np.bool_)

@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dedup.config import check_banding
-from dedup.hashing import FNV_OFFSET, FNV_PRIME, MERSENNE_P
+from dedup.hashing import MERSENNE_P
 
 NO_KEY = np.uint64(0)
 """The band key of a document without shingles: it is never put in a bucket."""
@@ -28,17 +28,9 @@ def band_keys(signatures: ArrayLike, *, num_bands: int = 16, rows_per_band: int 
     if sigs.ndim != 2:
         raise ValueError(f"band_keys() takes a 2-D array of signatures [n, num_perm]. Got shape {sigs.shape}.")
     check_banding(num_bands, rows_per_band, sigs.shape[1])
-    n = sigs.shape[0]
-    rows = sigs[:, : num_bands * rows_per_band].astype(np.uint32).reshape(n, num_bands, rows_per_band)
-    words = np.empty((n, num_bands, rows_per_band + 1), dtype=np.uint32)
-    words[:, :, 0] = np.arange(num_bands, dtype=np.uint32)
-    words[:, :, 1:] = rows
-    byte_view = words.astype("<u4").view(np.uint8).reshape(n, num_bands, 4 * (rows_per_band + 1))
-    h = np.full((n, num_bands), FNV_OFFSET, dtype=np.uint64)
-    prime = np.uint64(FNV_PRIME)
-    for j in range(byte_view.shape[2]):
-        h ^= byte_view[:, :, j]
-        h *= prime
+    from dedup import _kernels
+
+    h = _kernels.band_keys(np.ascontiguousarray(sigs, dtype=np.uint32), num_bands, rows_per_band)
     h[h == NO_KEY] = 1
     h[np.all(sigs == MERSENNE_P, axis=1)] = NO_KEY
     return h
