@@ -133,10 +133,10 @@ def non_ascii(buf, start, end):  # pragma: no cover - compiled
     n = start.shape[0]
     out = np.zeros(n, dtype=np.bool_)
     for d in range(n):
-        for i in range(start[d], end[d]):
-            if buf[i] >= 128:
-                out[d] = True
-                break
+        acc = np.uint8(0)
+        for i in range(np.uint64(start[d]), np.uint64(end[d])):  # an OR over the bytes vectorises
+            acc |= buf[i]
+        out[d] = acc >= 128
     return out
 
 
