@@ -112,15 +112,16 @@ def arrow_memory_pool() -> str:
 
 
 def _load_kernels() -> None:
-    """Import the features stage and run it once, so a worker loads its compiled kernels now."""
+    """Run the features and band keys once on a tiny frame, so a worker loads their compiled kernels now."""
     import pandas as pd
 
     from dedup import frames
     from dedup.config import Params
     from dedup.text import TEXT_DTYPE
 
-    frames.features(pd.DataFrame({"id": ["a"], "text": pd.Series(["warm up the compiled kernels of dedup"],
-                                                                   dtype=TEXT_DTYPE)}), "id", "text", Params(), None)
+    feat = frames.features(pd.DataFrame({"id": ["a"], "text": pd.Series(["warm up the compiled kernels of dedup"],
+                                                                          dtype=TEXT_DTYPE)}), "id", "text", Params(), None)
+    frames.long_form(feat, Params())  # the band keys' kernel
 
 
 def warm_up(client: Any) -> list[Any]:
