@@ -37,7 +37,7 @@ def kernels(src: Path) -> dict[str, float]:
     from dedup import _kernels, frames
     from dedup import text as text_mod
     from dedup.config import Params
-    from dedup.hashing import MERSENNE_P, perm_params
+    from dedup.hashing import perm_params
 
     params = Params()
     a, b = perm_params(params.num_perm, params.seed)
@@ -72,9 +72,8 @@ def kernels(src: Path) -> dict[str, float]:
                 h, offsets = batch.window_hashes(params.shingle_size, short=True)
             t["shingle hashes"] += time.process_time() - c
             c = time.process_time()
-            x = (h % np.uint64(MERSENNE_P)).astype(np.uint32)
             out = np.empty((len(offsets) - 1, params.num_perm), dtype=np.uint32)
-            _kernels.minhash_rows(x, offsets, a32, b32, out)
+            _kernels.minhash_rows(h, offsets, a32, b32, out)  # x = h mod P in the kernel
             t["minhash minimum"] += time.process_time() - c
             c = time.process_time()
             feat = frames.features(p, "id", "text", params, None)

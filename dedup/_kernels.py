@@ -25,11 +25,22 @@ def fnv1a_spans(buf, start, end):  # pragma: no cover - compiled
     return out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mod_p(h):  # pragma: no cover - compiled
+    """h mod P for any uint64 h: 2**31 = 1 mod P, so two folds of the high bits onto the low ones
+    leave less than P + 6, and one conditional subtraction the residue."""
+    h = (h & _P) + (h >> np.uint64(31))
+    h = (h & _P) + (h >> np.uint64(31))
+    return h - _P if h >= _P else h
+
+
 @numba.njit(cache=True, nogil=True)
 def minhash_rows(x, offsets, a, b, out):  # pragma: no cover - compiled
-    """out[d, i] = min over x[offsets[d]:offsets[d+1]] of (a[i] * x + b[i]) mod P.
+    """out[d, i] = min over x[offsets[d]:offsets[d+1]] of (a[i] * (x mod P) + b[i]) mod P.
 
-    x, a, b: uint32 arrays of values < P, so a*x + b < 2**63 (one 32x32->64 multiply) and the
+    x: the shingles' 64-bit hashes (uint64; reduced mod P here, once a shingle, which costs less
+    than numpy's `%` and the narrowing copy it needed: about a third of text -> signatures
+    outside the kernels); a, b: uint32 arrays of values < P, so a*x + b < 2**63 (one 32x32->64 multiply) and the
     two Mersenne folds plus one conditional subtraction give the exact residue. Rows of
     documents without shingles stay at P. The running minimum is kept in 64 bits, so the
     permutation loop vectorises without narrowing (0.23 ns a shingle x permutation against 0.31
@@ -43,7 +54,7 @@ def minhash_rows(x, offsets, a, b, out):  # pragma: no cover - compiled
         for i in range(num_perm):
             row[i] = _P
         for s in range(offsets[d], offsets[d + 1]):
-            xs = np.uint64(x[s])
+            xs = _mod_p(np.uint64(x[s]))
             for i in range(num_perm):
                 y = a64[i] * xs + b64[i]
                 y = (y & _P) + (y >> np.uint64(31))

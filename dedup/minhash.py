@@ -15,9 +15,11 @@ SIGNATURE_DTYPE = np.uint32
 
 
 def _minhash_rows(x: NDArray[np.uint64], offsets: NDArray[np.int64], num_perm: int, seed: int) -> NDArray[np.uint32]:
+    """Signatures of the shingle hashes x (any uint64: reduced mod P in the kernel), per offsets' documents."""
     a, b = perm_params(num_perm, seed)
     out = np.empty((len(offsets) - 1, num_perm), dtype=SIGNATURE_DTYPE)
-    _kernels.minhash_rows(x.astype(np.uint32), offsets, a.astype(np.uint32), b.astype(np.uint32), out)
+    _kernels.minhash_rows(np.ascontiguousarray(x, dtype=np.uint64), offsets, a.astype(np.uint32), b.astype(np.uint32),
+                          out)
     return out
 
 
@@ -31,8 +33,7 @@ def batch_signatures(batch: TextBatch, *, num_perm: int = 128, seed: int = 0, sh
                      shingle_unit: str = "word") -> NDArray[np.uint32]:
     """Signatures of every document of an encoded batch: uint32 [n_docs, num_perm]."""
     h, offsets = batch.shingle_hashes(shingle_size, shingle_unit)
-    x = h % np.uint64(MERSENNE_P)
-    return _minhash_rows(x, offsets, num_perm, seed)
+    return _minhash_rows(h, offsets, num_perm, seed)  # x = h mod P, taken in the kernel
 
 
 def signatures(texts: Sequence[str | None], *, num_perm: int = 128, seed: int = 0, shingle_size: int = 5,

@@ -70,6 +70,24 @@ def test_text_keys_are_both_text_hashes_in_one_pass(parts: list[bytes]) -> None:
     assert fnv.tolist() == [ref_fnv1a64(p) for p in parts] == _kernels.fnv1a_spans(buf, start, end).tolist()
 
 
+EDGES = [0, 1, MERSENNE_P - 1, MERSENNE_P, MERSENNE_P + 1, 2 * MERSENNE_P, (1 << 62) - 1, (1 << 64) - 1,
+         (1 << 64) - MERSENNE_P]
+
+
+@given(st.lists(st.one_of(st.integers(0, (1 << 64) - 1), st.sampled_from(EDGES)), min_size=1, max_size=30))
+def test_minhash_kernel_reduces_raw_hashes_mod_p(hashes: list[int]) -> None:
+    """The kernel takes the shingles' 64-bit hashes and reduces them itself: the same signature as
+    Python's exact x = h % P followed by min over (a x + b) % P."""
+    from dedup import _kernels
+
+    a, b = perm_params(16, 3)
+    out = np.empty((1, 16), dtype=np.uint32)
+    _kernels.minhash_rows(np.array(hashes, dtype=np.uint64), np.array([0, len(hashes)]), a.astype(np.uint32),
+                          b.astype(np.uint32), out)
+    want = [min((int(ai) * (h % MERSENNE_P) + int(bi)) % MERSENNE_P for h in hashes) for ai, bi in zip(a, b)]
+    assert out[0].tolist() == want
+
+
 def test_hashes_do_not_depend_on_the_process() -> None:
     """Pitfall: Python's hash() is salted per process; our hashes must not be."""
     code = "import dedup; print(dedup.signatures(['one two three four five six'])[0, :8].tolist())"
