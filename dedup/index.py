@@ -217,13 +217,32 @@ DICTIONARY_COLUMNS = ("band", "file")
 """Index columns with few distinct values: dictionary-encoded. The rest are compressed with zstd."""
 
 
+def _sort_order(columns: list[NDArray[Any]]) -> NDArray[np.intp]:
+    """The row order sorting by columns[0], then the others: one argsort of the first, and a lexsort
+    of only the rows whose first value repeats (half the time of a lexsort of every row)."""
+    order = np.argsort(columns[0], kind="stable")
+    if len(columns) == 1 or len(order) < 2:
+        return order
+    first = columns[0][order]
+    same = first[1:] == first[:-1]
+    if not same.any():
+        return order
+    tied = np.zeros(len(order), dtype=bool)
+    tied[1:] |= same
+    tied[:-1] |= same
+    at = np.flatnonzero(tied)  # runs of equal first values, in order: sorting them keeps the runs in place
+    rows = order[at]
+    order[at] = rows[np.lexsort([c[rows] for c in reversed(columns)])]
+    return order
+
+
 def _write_sorted(table: pa.Table, keys: tuple[str, ...], path_url: str, row_group: int = 64 * 1024) -> int:
     """Write `table` sorted by `keys` (the first one primary); they must make rows unique, so the file's
     bytes never depend on the order rows arrived in (the shuffle's, which differs between schedulers)."""
     import fsspec
     import pyarrow.parquet as pq
 
-    order = np.lexsort([table.column(k).to_numpy() for k in reversed(keys)])
+    order = _sort_order([table.column(k).to_numpy() for k in keys])
     fs, path = fsspec.core.url_to_fs(path_url)
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     names = table.column_names

@@ -327,3 +327,16 @@ def test_an_index_of_format_2_gives_the_same_decisions(client, tmp_path: Path, s
     assert m2["near_duplicates_of_indexed"] == m3["near_duplicates_of_indexed"] > 10
     for count in ("candidate_pairs", "confirmed_pairs", "same_text_pairs"):
         assert m2[count] == m3[count], count
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), max_size=60))
+def test_index_files_sort_like_a_lexsort_of_every_row(rows: list[tuple[int, int]]) -> None:
+    """Band files are sorted by key, then band and doc (ties re-sorted only where keys repeat): the
+    same order as numpy's lexsort, so their bytes never depend on the order rows arrived in."""
+    from dedup.index import _sort_order
+
+    key = np.array([r[0] for r in rows], dtype=np.uint64)
+    band = np.array([r[1] for r in rows], dtype=np.uint8)
+    doc = np.arange(len(rows), dtype=np.int64)[::-1].copy()
+    assert _sort_order([key, band, doc]).tolist() == np.lexsort((doc, band, key)).tolist()
+    assert _sort_order([key]).tolist() == np.argsort(key, kind="stable").tolist()
