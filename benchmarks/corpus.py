@@ -36,8 +36,9 @@ def write_corpus(frame: pd.DataFrame, out: Path, shards: int) -> Path:
     return out
 
 
-def run_cli(src: Path, out: Path, workers: int, *extra: str, pythonpath: str | None = None) -> tuple[dict, float]:
-    """`dedup run SRC OUT` in a subprocess on a local cluster of `workers` (with `pythonpath`, the dedup
+def run_cli(src: Path, out: Path, workers: int | None, *extra: str, pythonpath: str | None = None) -> tuple[dict, float]:
+    """`dedup run SRC OUT` in a subprocess on a local cluster of `workers` (None: as `extra` says, e.g.
+    `--threads 2`; with `pythonpath`, the dedup
     found there), OUTPUT replaced: its manifest and the process's wall seconds. It runs in OUT's
     parent directory: `python -m` puts the working directory first on sys.path, so a checkout
     there would shadow `pythonpath`."""
@@ -46,7 +47,8 @@ def run_cli(src: Path, out: Path, workers: int, *extra: str, pythonpath: str | N
         env["PYTHONPATH"] = pythonpath
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "dedup", "run", str(src), str(out), "--n-workers", str(workers), *extra],
+    runtime = ["--n-workers", str(workers)] if workers else []
+    subprocess.run([sys.executable, "-m", "dedup", "run", str(src), str(out), *runtime, *extra],
                    check=True, capture_output=True, text=True, env=env, cwd=out.parent)
     wall = time.perf_counter() - start
     return json.loads((out / "_dedup.json").read_text()), wall

@@ -8,10 +8,11 @@
    RMinHash.update, the peers with Python shingling. Repeats interleaved; median and the ratio
    per repeat.
 2. the whole job on the §7 corpus: datasketch MinHashLSH 16 x 8 (query, then insert, one
-   process), then `dedup run` on a local cluster of 2 worker processes started as the CLI
-   starts it, its wall time counted from before the cluster starts; `--job-repeats` rounds,
-   medians and the median of the per-round ratios. Each tool starts on a quiet machine: the
-   previous one's processes have exited and the load has settled.
+   process), then `dedup run --threads 2` (in this process, no cluster) and `dedup run` on a
+   local cluster of 2 worker processes started as the CLI starts it, its wall time counted from
+   before the cluster starts; `--job-repeats` rounds, medians and the median of the per-round
+   ratios. Each tool starts on a quiet machine: the previous one's processes have exited and the
+   load has settled.
 3. where dedup's time goes: the one-core steps of the features stage and the job's stages
    (`benchmarks/stage_profile.py`), for this build and, with --baseline, for earlier ones
    (runs interleaved: build after build, `repeats` rounds, so a slow minute hits them all).
@@ -46,11 +47,13 @@ RESULTS = Path(__file__).parent / "results"
 class PeakRSS:
     """Samples the RSS of this process and all its children every 50 ms: the peak of their sum, and
     the peak of the largest Dask worker alone (a process started by multiprocessing's spawn, as
-    local clusters start their workers: a `dedup run` subprocess is counted in the sum only)."""
+    local clusters start their workers: a `dedup run` subprocess is counted in the sum only), and
+    the peak of the largest child process of any kind (`dedup run --threads` works in its own)."""
 
     def __init__(self) -> None:
         self.peak = 0
         self.child_peak = 0
+        self.process_peak = 0  # the largest child process of any kind (a `dedup run --threads` subprocess)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -67,6 +70,7 @@ class PeakRSS:
                 except psutil.Error:
                     continue
                 total += rss
+                self.process_peak = max(self.process_peak, rss)
                 if worker[p.pid]:
                     self.child_peak = max(self.child_peak, rss)
             self.peak = max(self.peak, total)
@@ -153,10 +157,11 @@ def quiet(settle: float = 2.0, timeout: float = 60.0) -> None:
     time.sleep(settle)
 
 
-def run_dedup_job(src: Path, workers: int) -> tuple[float, PeakRSS, dict]:
+def run_dedup_job(src: Path, workers: int, threads: bool = False) -> tuple[float, PeakRSS, dict]:
     """`dedup run` on a fresh local cluster, started as the CLI starts it (`dedup.runtime.dask_client`:
-    the workers load the kernels as they start): seconds from before the cluster starts to the
-    commit, the memory peaks (all processes, and the largest worker), the manifest."""
+    the workers load the kernels as they start), or with `threads` in this process on that many
+    threads (`--threads`, no cluster): seconds from before the cluster starts (or the kernels
+    load) to the commit, the memory peaks (all processes, and the largest worker), the manifest."""
     from dedup.pipeline import run
     from dedup.runtime import dask_client
 
@@ -164,7 +169,7 @@ def run_dedup_job(src: Path, workers: int) -> tuple[float, PeakRSS, dict]:
     out = Path(tempfile.mkdtemp(prefix="dedup-bench-out-")) / "out"
     with PeakRSS() as mem:
         start = time.perf_counter()
-        with dask_client(n_workers=workers):
+        with dask_client(n_workers=None if threads else workers, threads=workers if threads else None):
             manifest = run(str(src), str(out))
             secs = time.perf_counter() - start
     shutil.rmtree(out.parent, ignore_errors=True)
@@ -203,25 +208,31 @@ def profile_section(src: Path, n: int, workers: int, baselines: Sequence[Path], 
 
     import stage_profile as prof
 
-    builds: list[tuple[str, Path | None]] = [("this build", None)]
+    # (label, checkout, runtime arguments): this build on the local cluster and with --threads, the
+    # baselines on the local cluster (what they had)
+    cluster = ["--n-workers", str(workers)]
+    builds: list[tuple[str, Path | None, list[str]]] = [("this build", None, cluster),
+                                                        (f"this build, --threads {workers}", None,
+                                                         ["--threads", str(workers)])]
     for path in baselines:
         label = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True,
                                text=True).stdout.strip() or path.name
-        builds.append((label, path))
+        builds.append((label, path, cluster))
     steps = prof.kernels(src)
     print(f"\n### where the time goes: one core, {n:,} documents (CPU seconds, this build)\n")
     print("| step | CPU s | docs per CPU-second |")
     print("|---|---:|---:|")
     for name, secs in steps.items():
         print(f"| {name} | {secs:.2f} | {n / secs:,.0f} |")
-    runs: dict[str, list[tuple[dict[str, float], float]]] = {label: [] for label, _ in builds}
-    peaks: dict[str, list[int]] = {label: [] for label, _ in builds}
+    runs: dict[str, list[tuple[dict[str, float], float]]] = {label: [] for label, _, _ in builds}
+    peaks: dict[str, list[int]] = {label: [] for label, _, _ in builds}
     for _ in range(repeats):  # interleaved, so that a slow minute of the machine hits every build
-        for label, path in builds:
+        for label, path, runtime in builds:
             quiet()
             with PeakRSS() as mem:
-                runs[label].append(prof.job(src, workers, [], pythonpath=str(path) if path else None))
-            peaks[label].append(mem.child_peak)
+                runs[label].append(prof.job(src, None, runtime, pythonpath=str(path) if path else None))
+            threads = "--threads" in runtime  # the job runs in the dedup process itself: its peak
+            peaks[label].append(mem.process_peak if threads else mem.child_peak)
     stages: dict[str, dict[str, float]] = {}
     walls: dict[str, float] = {}
     for label, rs in runs.items():
@@ -242,7 +253,8 @@ def profile_section(src: Path, n: int, workers: int, baselines: Sequence[Path], 
     print("| wall of `dedup run` (process, cluster start included) | " +
           " | ".join(f"{w:.2f}" for w in walls.values()) + " |")
     worker_peak = {label: statistics.median(p) for label, p in peaks.items()}
-    print("| peak RSS of one worker (MiB) | " + " | ".join(f"{p / 2**20:,.0f}" for p in worker_peak.values()) + " |")
+    print("| peak RSS of one worker, or of the process with --threads (MiB) | " +
+          " | ".join(f"{p / 2**20:,.0f}" for p in worker_peak.values()) + " |")
     return {"steps": steps, "stages": stages, "walls": walls, "worker_peak_rss": worker_peak}
 
 
@@ -268,30 +280,43 @@ def main() -> None:
         src = write_corpus(frame.iloc[: args.job_docs], tmp / "job", shards=16)
         n = args.job_docs
         peer_runs: list[tuple[float, int]] = []
-        dedup_runs: list[tuple[float, PeakRSS, dict]] = []
-        for _ in range(args.job_repeats):  # interleaved: a slow minute of the machine hits both tools
+        modes = {"threads": f"dedup run --threads {args.workers} (in one process, no cluster)",
+                 "cluster": f"dedup run --n-workers {args.workers} (local cluster, its start included)"}
+        dedup_runs: dict[str, list[tuple[float, PeakRSS, dict]]] = {m: [] for m in modes}
+        for _ in range(args.job_repeats):  # interleaved: a slow minute of the machine hits every tool
             peer_runs.append(run_datasketch_job(src))
-            dedup_runs.append(run_dedup_job(src, args.workers))
-        ratios = [p[0] / d[0] for p, d in zip(peer_runs, dedup_runs)]
-        p_secs, d_secs = statistics.median(p[0] for p in peer_runs), statistics.median(d[0] for d in dedup_runs)
-        p_mem = max(p[1] for p in peer_runs)
-        d_peak, d_worker = max(d[1].peak for d in dedup_runs), max(d[1].child_peak for d in dedup_runs)
-        jobs = [sum(v for k, v in d[2]["seconds"].items() if k != "total") for d in dedup_runs]
-        job_s = statistics.median(jobs)
-        report["job"] = {"docs": n, "repeats": args.job_repeats, "dedup_seconds": [d[0] for d in dedup_runs],
-                         "dedup_job_seconds": jobs, "dedup_peak_rss": d_peak, "dedup_worker_peak_rss": d_worker,
-                         "datasketch_seconds": [p[0] for p in peer_runs], "datasketch_peak_rss": p_mem, "ratios": ratios}
+            for mode in modes:
+                dedup_runs[mode].append(run_dedup_job(src, args.workers, threads=mode == "threads"))
+        p_secs, p_mem = statistics.median(p[0] for p in peer_runs), max(p[1] for p in peer_runs)
+        report["job"] = {"docs": n, "repeats": args.job_repeats, "datasketch_seconds": [p[0] for p in peer_runs],
+                         "datasketch_peak_rss": p_mem}
         print(f"\n### the whole job, {n:,} documents, Parquet in and out (median of {args.job_repeats}, interleaved)\n")
-        print("| tool | processes | wall seconds | docs per second | peak RSS, all processes (MiB) | "
-              "peak RSS of one worker (MiB) | dedup is x faster (median of per-repeat ratios) |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        print(f"| dedup run (cluster start included) | {args.workers} workers + client | {d_secs:.1f} | "
-              f"{n / d_secs:,.0f} | {d_peak / 2**20:,.0f} | {d_worker / 2**20:,.0f} | {statistics.median(ratios):.1f} |")
-        print(f"| datasketch MinHashLSH 16 x 8 | 1 | {p_secs:.1f} | {n / p_secs:,.0f} | {p_mem / 2**20:,.0f} | - | 1.0 |")
-        print(f"\nper repeat: dedup {', '.join(f'{d[0]:.1f}' for d in dedup_runs)} s; datasketch "
-              f"{', '.join(f'{p[0]:.1f}' for p in peer_runs)} s; dedup's job time (sum of its stages) "
-              f"{', '.join(f'{j:.1f}' for j in jobs)} s, median {job_s:.1f} s: {n / (args.workers * job_s):,.0f} "
-              "documents per CPU-second")
+        print("| tool | processes | wall seconds | docs per second | job seconds (sum of stages) | "
+              "docs per CPU-second of job time | peak RSS, all processes (MiB) | peak RSS of one worker (MiB) | "
+              "dedup is x faster (median of per-repeat ratios) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        per_repeat = []
+        for mode, label in modes.items():
+            runs = dedup_runs[mode]
+            ratios = [p[0] / d[0] for p, d in zip(peer_runs, runs)]
+            d_secs = statistics.median(d[0] for d in runs)
+            d_peak, d_worker = max(d[1].peak for d in runs), max(d[1].child_peak for d in runs)
+            jobs = [sum(v for k, v in d[2]["seconds"].items() if k != "total") for d in runs]
+            job_s = statistics.median(jobs)
+            report["job"][mode] = {"dedup_seconds": [d[0] for d in runs], "dedup_job_seconds": jobs,
+                                   "dedup_peak_rss": d_peak, "dedup_worker_peak_rss": d_worker, "ratios": ratios}
+            processes = "1" if mode == "threads" else f"{args.workers} workers + client"
+            worker = "-" if mode == "threads" else f"{d_worker / 2**20:,.0f}"
+            print(f"| {label} | {processes} | {d_secs:.1f} | {n / d_secs:,.0f} | {job_s:.1f} | "
+                  f"{n / (args.workers * job_s):,.0f} | {d_peak / 2**20:,.0f} | {worker} | "
+                  f"{statistics.median(ratios):.1f} |")
+            per_repeat.append(f"{mode} {', '.join(f'{d[0]:.1f}' for d in runs)} s (job "
+                              f"{', '.join(f'{j:.1f}' for j in jobs)} s)")
+        print(f"| datasketch MinHashLSH 16 x 8 | 1 | {p_secs:.1f} | {n / p_secs:,.0f} | - | - | {p_mem / 2**20:,.0f} | - "
+              "| 1.0 |")
+        print(f"\nper repeat: dedup {'; '.join(per_repeat)}; datasketch {', '.join(f'{p[0]:.1f}' for p in peer_runs)} s. "
+              f"Docs per CPU-second of job time: documents / ({args.workers} x job seconds). Peak RSS of all "
+              "processes includes this benchmark's own (the corpus it generated).")
 
         report["profile"] = profile_section(src, n, args.workers, args.baseline, args.repeats)
 

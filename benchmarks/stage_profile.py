@@ -119,7 +119,7 @@ def task_stream(src: Path, workers: int, extra: list[str]) -> None:
           f"{100 * (wall * workers - total) / (wall * workers):.0f}% |")
 
 
-def job(src: Path, workers: int, extra: list[str], pythonpath: str | None = None) -> tuple[dict[str, float], float]:
+def job(src: Path, workers: int | None, extra: list[str], pythonpath: str | None = None) -> tuple[dict[str, float], float]:
     """`dedup run` in a subprocess (with `pythonpath`, the dedup found there): manifest seconds, wall."""
     out = Path(tempfile.mkdtemp(prefix="dedup-profile-")) / "out"
     manifest, wall = run_cli(src, out, workers, *extra, pythonpath=pythonpath)
