@@ -19,7 +19,7 @@ def test_help_describes_every_option() -> None:
     out = _run("run", "--help").stdout
     for opt in ("--id-column", "--text-column", "--threshold", "--num-perm", "--num-bands", "--rows-per-band",
                 "--shingle-size", "--ngram-size", "--seed", "--confirm", "--keep-duplicates", "--scheduler",
-                "--scheduler-file", "--n-workers", "--overwrite", "--verbose", "--protected"):
+                "--scheduler-file", "--n-workers", "--threads", "--overwrite", "--verbose", "--protected"):
         assert opt in out
     top = _run("--help").stdout
     for cmd in ("run", "near", "decontaminate", "tune", "demo"):
