@@ -84,8 +84,9 @@ def tokenize(buf, doc_start, doc_end, prenormalized, word_byte, not_space, lower
     word_end, word_count). A first pass counts words and bytes, so memory is exact: a huge
     document costs its size plus 16 bytes a word.
 
-    Every loop is branch-free (a word boundary is data, not a jump: about 3x faster than
-    branching on each byte, whose mispredictions at every word end cost more than the work):
+    Every loop is branch-free (a word boundary is data, not a jump: twice as fast as branching on
+    each byte, whose mispredictions at every word end cost more than the work; 57 -> 29 ms on a
+    12,750-document shard, back to back):
     each byte writes its lower-cased self or a space at `pos`, which moves on for word bytes and
     for the first byte after a word, so every word is followed by exactly one space; the word
     ends are then the spaces of that buffer. Indices are unsigned, so numba adds no wraparound.
@@ -177,7 +178,7 @@ def text_keys(buf, start, end):  # pragma: no cover - compiled
     for i in range(n):
         h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(end[i] - start[i])
         f = _OFFSET
-        for j in range(np.uint64(start[i]), np.uint64(end[i])):  # unsigned: no wraparound per load
+        for j in range(np.uint64(start[i]), np.uint64(end[i])):  # unsigned, as the other byte loops
             c = np.uint64(buf[j])
             h = (h ^ c) * np.uint64(0xBF58476D1CE4E5B9)
             h ^= h >> np.uint64(31)
@@ -248,7 +249,7 @@ def window_hashes(buf, word_start, word_end, word_offsets, size, short, out_offs
 def band_keys(sigs, num_bands, rows_per_band):  # pragma: no cover - compiled
     """out[d, b] = FNV-1a 64 over the little-endian bytes of (b as uint32, sigs[d, b*r:(b+1)*r] as
     uint32). The bands are independent chains, advanced byte by byte side by side (the band loop
-    innermost vectorises): about 4x faster than the same hash as 36 numpy passes."""
+    innermost vectorises): 3 to 4x faster than the same hash as 36 numpy passes."""
     n = sigs.shape[0]
     out = np.empty((n, num_bands), dtype=np.uint64)
     h = np.empty(num_bands, dtype=np.uint64)
