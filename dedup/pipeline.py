@@ -639,8 +639,12 @@ def execute(plan: Plan) -> dict[str, Any]:
                     raise RuntimeError(f"Publishing to {plan.output} failed midway ({exc}); OUTPUT has no {MANIFEST} and "
                                        f"is incomplete. The complete new output is in {staging.url}.") from exc
                 raise
-            log.info("wrote %d of %d rows to %s in %.1f s", output_rows, report.input_rows, plan.output,
-                     report.seconds["total"])
+            if plan.dry_run:
+                log.info("dry run: %d of %d rows would be kept; %s holds only the manifest and the report (%.1f s)",
+                         output_rows, report.input_rows, plan.output, report.seconds["total"])
+            else:
+                log.info("wrote %d of %d rows to %s in %.1f s", output_rows, report.input_rows, plan.output,
+                         report.seconds["total"])
         if deferred.received:
             log.warning("interrupt received after OUTPUT was replaced: %s holds the complete new output", plan.output)
     except BaseException:

@@ -115,3 +115,13 @@ def test_demo_runs_on_a_local_cluster(tmp_path: Path) -> None:
     assert "near duplicates dropped" in res.stdout
     m = json.loads((tmp_path / "demo" / "output" / "_dedup.json").read_text())
     assert m["near_duplicates_dropped"] > 0 and m["contaminated_dropped"] > 0
+
+
+def test_dry_run_says_what_output_holds(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
+    """A dry run's last line does not claim rows were written: OUTPUT holds the manifest and report."""
+    src = write_shards(corpus_frame, tmp_path / "in", 2)
+    res = _run("run", str(src), str(tmp_path / "out"), "--dry-run", "--threads", "2")
+    assert res.returncode == 0, res.stderr
+    assert "would be kept" in res.stderr and "holds only the manifest and the report" in res.stderr
+    assert "wrote " not in res.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_dedup.json", "_report"]
