@@ -168,7 +168,7 @@ class ProtectedNgrams:
         gram = np.repeat(lo[w], span) + (np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span))
         doc = np.searchsorted(offsets, win, side="right") - 1
         first_word = batch.word_offsets[doc] + (win - offsets[doc])
-        ws, we = batch.word_start[first_word], batch.word_end[first_word + self.ngram_size - 1]
+        ws, we = batch.word_start[first_word], batch.word_ends(first_word + self.ngram_size - 1)
         ok = _kernels.spans_equal(batch.buf, ws, we, self.buf, self.start[gram], self.end[gram])
         return doc[ok].astype(np.int64), gram[ok].astype(np.int64)
 

@@ -143,7 +143,7 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
     # Two independent 64-bit hashes of the document's words (FNV-1a and xorshift-multiply).
     first = batch.word_offsets[:-1][has_words]
     last = batch.word_offsets[1:][has_words] - 1
-    span_start, span_end = batch.word_start[first], batch.word_end[last]
+    span_start, span_end = batch.word_start[first], batch.word_ends(last)
     tkey = np.zeros(n, dtype=np.uint64)
     tkey2 = np.zeros(n, dtype=np.uint64)
     tkey[has_words], tkey2[has_words] = _kernels.text_keys(batch.buf, np.ascontiguousarray(span_start, np.int64),

@@ -87,14 +87,27 @@ def _check_size(name: str, value: int) -> None:
 class TextBatch:
     """A sequence of texts as one UTF-8 buffer of their words, each joined by one space.
 
-    buf: uint8 [total bytes]; word_start/word_end: int64 [total words], byte offsets into buf;
+    buf: uint8 [total bytes]; word_start: int64 [total words], byte offsets into buf;
     word_offsets: int64 [n_docs + 1], the words of doc d are word_offsets[d]:word_offsets[d+1].
+    A word ends one byte before the next one starts (the last one at the end of buf), so the
+    ends are derived (`word_ends`), not stored: 8 bytes a word less to allocate and write.
     """
 
     buf: NDArray[np.uint8]
     word_start: NDArray[np.int64]
-    word_end: NDArray[np.int64]
     word_offsets: NDArray[np.int64]
+
+    def word_ends(self, words: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Where each of the given words (indices) ends in buf: one byte before the next word starts."""
+        words = np.asarray(words, dtype=np.int64)
+        last = len(self.word_start) - 1
+        nxt = self.word_start[np.minimum(words + 1, max(last, 0))] - 1 if last >= 0 else np.zeros(len(words), np.int64)
+        return np.where(words < last, nxt, len(self.buf)).astype(np.int64)
+
+    @property
+    def word_end(self) -> NDArray[np.int64]:
+        """int64 [total words]: the end of every word (`word_ends` of all of them)."""
+        return self.word_ends(np.arange(len(self.word_start), dtype=np.int64))
 
     @property
     def num_words(self) -> NDArray[np.int64]:
@@ -116,8 +129,7 @@ class TextBatch:
         from dedup import _kernels
 
         offsets = self.window_offsets(size, short=short)
-        return _kernels.window_hashes(self.buf, self.word_start, self.word_end, self.word_offsets, size, short,
-                                      offsets), offsets
+        return _kernels.window_hashes(self.buf, self.word_start, self.word_offsets, size, short, offsets), offsets
 
     def shingle_hashes(self, size: int, unit: str = "word") -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
         """FNV-1a 64 of every shingle of every document (with repeats), and per-document offsets."""
@@ -133,7 +145,7 @@ class TextBatch:
         last = self.word_offsets[1:][has] - 1
         start = np.zeros(len(nw), dtype=np.int64)
         end = np.zeros(len(nw), dtype=np.int64)
-        start[has], end[has] = self.word_start[first], self.word_end[last]
+        start[has], end[has] = self.word_start[first], self.word_ends(last)
         h, offsets = _kernels.char_window_hashes(self.buf, start, end, size, True)
         return h, offsets
 
@@ -151,7 +163,7 @@ class TextBatch:
         j = np.arange(offsets[-1], dtype=np.int64) - offsets[doc]
         first = self.word_offsets[doc] + j
         last = self.word_offsets[doc] + np.minimum(j + size - 1, nw[doc] - 1)
-        return self.word_start[first], self.word_end[last], offsets
+        return self.word_start[first], self.word_ends(last), offsets
 
 
 def normalized(text: str | None) -> str:
@@ -261,7 +273,7 @@ def _tokenize(raw: NDArray[np.uint8], start: NDArray[np.int64], end: NDArray[np.
               pre: NDArray[np.bool_]) -> TextBatch:
     from dedup import _kernels
 
-    buf, word_start, word_end, counts = _kernels.tokenize(raw, start, end, pre, _ASCII_WORD, _NOT_SPACE, _ASCII_LOWER)
+    buf, word_start, counts = _kernels.tokenize(raw, start, end, pre, _ASCII_WORD, _NOT_SPACE, _ASCII_LOWER)
     word_offsets = np.zeros(len(start) + 1, dtype=np.int64)
     np.cumsum(counts, out=word_offsets[1:])
-    return TextBatch(buf=buf, word_start=word_start, word_end=word_end, word_offsets=word_offsets)
+    return TextBatch(buf=buf, word_start=word_start, word_offsets=word_offsets)
