@@ -182,7 +182,7 @@ def _check_runtime(args: argparse.Namespace) -> None:
                          "`dask scheduler --scheduler-file FILE` first, or give --scheduler ADDRESS.")
     if args.n_workers is not None and args.n_workers < 1:
         raise UsageError(f"--n-workers must be an integer >= 1. Got {args.n_workers} instead.")
-    if getattr(args, "threads", None) is not None:
+    if args.threads is not None:
         if args.threads < 1:
             raise UsageError(f"--threads must be an integer >= 1. Got {args.threads} instead.")
         if args.scheduler or args.scheduler_file or args.n_workers is not None:
@@ -222,7 +222,7 @@ def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
     importing = threading.Thread(target=_import_pipeline, name="dedup-import", daemon=True)
     importing.start()
     try:
-        with dask_client(args.scheduler, args.scheduler_file, args.n_workers, getattr(args, "threads", None)):
+        with dask_client(args.scheduler, args.scheduler_file, args.n_workers, args.threads):
             importing.join()
             from dedup import pipeline
 

@@ -100,9 +100,10 @@ class TextBatch:
     def word_ends(self, words: NDArray[np.int64]) -> NDArray[np.int64]:
         """Where each of the given words (indices) ends in buf: one byte before the next word starts."""
         words = np.asarray(words, dtype=np.int64)
-        last = len(self.word_start) - 1
-        nxt = self.word_start[np.minimum(words + 1, max(last, 0))] - 1 if last >= 0 else np.zeros(len(words), np.int64)
-        return np.where(words < last, nxt, len(self.buf)).astype(np.int64)
+        ends = np.full(len(words), len(self.buf), dtype=np.int64)  # the last word ends with the buffer
+        inner = words < len(self.word_start) - 1
+        ends[inner] = self.word_start[words[inner] + 1] - 1
+        return ends
 
     @property
     def word_end(self) -> NDArray[np.int64]:
