@@ -88,6 +88,23 @@ def test_minhash_kernel_reduces_raw_hashes_mod_p(hashes: list[int]) -> None:
     assert out[0].tolist() == want
 
 
+@given(st.lists(st.one_of(st.integers(0, (1 << 64) - 1), st.sampled_from(EDGES)), min_size=1, max_size=20),
+       st.lists(st.tuples(st.one_of(st.integers(1, MERSENNE_P - 1), st.sampled_from([1, 2, MERSENNE_P - 1])),
+                          st.one_of(st.integers(0, MERSENNE_P - 1), st.sampled_from([0, 1, MERSENNE_P - 1]))),
+                min_size=1, max_size=8))
+def test_minhash_kernel_is_exact_at_the_extremes_of_a_and_b(hashes: list[int], ab: list[tuple[int, int]]) -> None:
+    """The kernel reduces a x + b with one Mersenne fold and one wrap-around minimum, which is exact
+    only because a, b, x < P (the contract's ranges): pinned at their largest and smallest values."""
+    from dedup import _kernels
+
+    a = np.array([p[0] for p in ab], dtype=np.uint32)
+    b = np.array([p[1] for p in ab], dtype=np.uint32)
+    out = np.empty((1, len(ab)), dtype=np.uint32)
+    _kernels.minhash_rows(np.array(hashes, dtype=np.uint64), np.array([0, len(hashes)]), a, b, out)
+    want = [min((ai * (h % MERSENNE_P) + bi) % MERSENNE_P for h in hashes) for ai, bi in ab]
+    assert out[0].tolist() == want
+
+
 def test_hashes_do_not_depend_on_the_process() -> None:
     """Pitfall: Python's hash() is salted per process; our hashes must not be."""
     code = "import dedup; print(dedup.signatures(['one two three four five six'])[0, :8].tolist())"
