@@ -163,11 +163,13 @@ def _setup_logging(verbose: bool) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
 
 
-def _quiet_libraries(verbose: bool) -> None:
-    """Silence dask's and its friends' logs (they configure their loggers on import, so call it after)."""
+def _quiet_libraries(verbose: bool, cluster: bool) -> None:
+    """Silence dask's and its friends' logs (they configure their loggers on import, so call it after).
+    Without a cluster (`--threads`) distributed is never imported: it would cost about 0.2 s."""
     if verbose:
         return
-    import distributed  # noqa: F401
+    if cluster:
+        import distributed  # noqa: F401
 
     for name in ("distributed", "bokeh", "tornado", "numba", "fsspec", "asyncio"):
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -217,7 +219,7 @@ def _import_pipeline() -> None:
 def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
     from dedup.runtime import dask_client
 
-    _quiet_libraries(args.verbose)
+    _quiet_libraries(args.verbose, cluster=args.threads is None)
     # the job's modules (dask.dataframe, pandas, pyarrow: about 1.3 s) load while the cluster starts
     importing = threading.Thread(target=_import_pipeline, name="dedup-import", daemon=True)
     importing.start()
@@ -305,7 +307,7 @@ def _demo(args: argparse.Namespace) -> dict[str, Any]:
     prot = root / "protected.jsonl"
     prot.write_text("".join(json.dumps(r) + "\n" for r in protected_example(docs)))
     log.info("demo: wrote %d documents in %d shards to %s and a protected file %s", len(docs), shards, inp, prot)
-    _quiet_libraries(args.verbose)
+    _quiet_libraries(args.verbose, cluster=True)
     with dask_client(n_workers=args.n_workers):
         manifest = pipeline.run(str(inp), str(out), protected=[str(prot)], overwrite=True)
     kept = pd.read_parquet(out)

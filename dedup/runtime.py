@@ -73,8 +73,13 @@ def in_process(threads: int) -> Iterator[None]:
     loading = threading.Thread(target=_load_kernels_quietly, name="dedup-kernels", daemon=True)
     loading.start()
     # shuffles as tasks, in memory: the "disk" default (partd) pays serialisation to a temporary
-    # directory, and took 1.3 to 1.4x as long for the buckets and confirm stages here (3 runs each)
-    with dask.config.set({"scheduler": "threads", "num_workers": threads, "dataframe.shuffle.method": "tasks"}):
+    # directory, and took 1.3 to 1.4x as long for the buckets and confirm stages here (3 runs each).
+    # The scheduler as a function, not the name "threads": for a name, Dask imports distributed
+    # (about 0.2 s) to look for a client first.
+    import dask.threaded
+
+    with dask.config.set({"scheduler": dask.threaded.get, "num_workers": threads,
+                          "dataframe.shuffle.method": "tasks"}):
         log.info("in this process: %d threads, no cluster", threads)
         yield
 
@@ -153,7 +158,7 @@ def show_progress(futures: Any) -> None:
 
 def active_client() -> Any:
     """The distributed client to run on, or None for the local scheduler (no client, or
-    `dask.config.set(scheduler="sync"|"threads")` asks for it)."""
+    `dask.config.set(scheduler=...)` names another one: "sync", "threads" or a function)."""
     import dask
 
     if dask.config.get("scheduler", None) not in (None, "dask.distributed"):

@@ -109,6 +109,21 @@ def test_threads_write_the_clusters_output_byte_for_byte(dask_processes: Path, t
     assert ma == mb and ma["near_duplicates_dropped"] > 50 and ma["contaminated_dropped"] >= 3
 
 
+def test_threads_never_import_distributed(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
+    """`--threads` starts no cluster, so it does not pay for importing distributed (about 0.2 s)."""
+    import sys
+
+    src = write_shards(corpus_frame.head(300), tmp_path / "in", 2)
+    code = ("import sys, dedup.cli\n"
+            "try:\n    dedup.cli.main(['run', sys.argv[1], sys.argv[2], '--threads', '2'])\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('distributed imported:', 'distributed' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "out")], capture_output=True, text=True,
+                         timeout=240)
+    assert res.returncode == 0, res.stderr
+    assert "distributed imported: False" in res.stdout and (tmp_path / "out" / "_dedup.json").is_file()
+
+
 def test_demo_runs_on_a_local_cluster(tmp_path: Path) -> None:
     res = _run("demo", str(tmp_path / "demo"), "--originals", "120")
     assert res.returncode == 0, res.stderr
