@@ -15,6 +15,8 @@ import numpy as np
 _P = np.uint64((1 << 31) - 1)
 _OFFSET = np.uint64(0xCBF29CE484222325)
 _PRIME = np.uint64(0x100000001B3)
+_MIX_SEED = np.uint64(0x9E3779B97F4A7C15)  # the second text hash (`mix_spans`): seed and multiplier
+_MIX_MUL = np.uint64(0xBF58476D1CE4E5B9)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -155,31 +157,55 @@ def mix_spans(buf, start, end):  # pragma: no cover - compiled
     """A second 64-bit hash of byte spans (xorshift-multiply per byte), independent of FNV-1a."""
     out = np.empty(start.shape[0], dtype=np.uint64)
     for i in range(start.shape[0]):
-        h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(end[i] - start[i])
+        h = _MIX_SEED ^ np.uint64(end[i] - start[i])
         for j in range(start[i], end[i]):
-            h = (h ^ np.uint64(buf[j])) * np.uint64(0xBF58476D1CE4E5B9)
+            h = (h ^ np.uint64(buf[j])) * _MIX_MUL
             h ^= h >> np.uint64(31)
         out[i] = h
     return out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _text_keys_tail(buf, h, f, lo, hi):  # pragma: no cover - compiled
+    for j in range(lo, hi):
+        c = np.uint64(buf[j])
+        h = (h ^ c) * _MIX_MUL
+        h ^= h >> np.uint64(31)
+        f = (f ^ c) * _PRIME
+    return h, f
+
+
 @numba.njit(cache=True, nogil=True)
 def text_keys(buf, start, end):  # pragma: no cover - compiled
-    """(mix_spans, fnv1a_spans) of the same byte spans in one pass: the two hash chains are
-    independent, so the core runs them side by side (a document's text is read once, not twice)."""
+    """(mix_spans, fnv1a_spans) of the same byte spans in one pass: a document's text is read once,
+    not twice. Two documents are hashed in lockstep over their common length (then each one's
+    tail), so four independent multiply chains overlap instead of two: 18.9 -> 10.7 ms on a
+    12,750-document shard. Byte positions are unsigned, as in the other byte loops."""
     n = start.shape[0]
     mix = np.empty(n, dtype=np.uint64)
     fnv = np.empty(n, dtype=np.uint64)
-    for i in range(n):
-        h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(end[i] - start[i])
-        f = _OFFSET
-        for j in range(np.uint64(start[i]), np.uint64(end[i])):  # unsigned, as the other byte loops
-            c = np.uint64(buf[j])
-            h = (h ^ c) * np.uint64(0xBF58476D1CE4E5B9)
-            h ^= h >> np.uint64(31)
-            f = (f ^ c) * _PRIME
-        mix[i] = h
-        fnv[i] = f
+    i = 0
+    while i + 2 <= n:
+        s0, e0 = np.uint64(start[i]), np.uint64(end[i])
+        s1, e1 = np.uint64(start[i + 1]), np.uint64(end[i + 1])
+        h0, f0 = _MIX_SEED ^ (e0 - s0), _OFFSET
+        h1, f1 = _MIX_SEED ^ (e1 - s1), _OFFSET
+        length = min(e0 - s0, e1 - s1)
+        for j in range(length):
+            c0 = np.uint64(buf[s0 + j])
+            c1 = np.uint64(buf[s1 + j])
+            h0 = (h0 ^ c0) * _MIX_MUL
+            h1 = (h1 ^ c1) * _MIX_MUL
+            h0 ^= h0 >> np.uint64(31)
+            h1 ^= h1 >> np.uint64(31)
+            f0 = (f0 ^ c0) * _PRIME
+            f1 = (f1 ^ c1) * _PRIME
+        mix[i], fnv[i] = _text_keys_tail(buf, h0, f0, s0 + length, e0)
+        mix[i + 1], fnv[i + 1] = _text_keys_tail(buf, h1, f1, s1 + length, e1)
+        i += 2
+    if i < n:
+        s0, e0 = np.uint64(start[i]), np.uint64(end[i])
+        mix[i], fnv[i] = _text_keys_tail(buf, _MIX_SEED ^ (e0 - s0), _OFFSET, s0, e0)
     return mix, fnv
 
 
