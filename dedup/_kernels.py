@@ -50,9 +50,9 @@ def minhash_rows(x, offsets, a, b, out):  # pragma: no cover - compiled
     Mersenne fold z = (y & P) + (y >> 31) leaves z <= P + 2**31 - 3 < 2P: the residue is z or
     z - P, the smaller of the two as unsigned numbers (z - P wraps round when z < P). Two folds
     and a comparison did the same in 11 vector operations a shingle x permutation; this takes 8
-    (0.33 -> 0.22 ns on 12,750 x 196 x 128 random inputs, this machine). Rows of documents
-    without shingles stay at P. The running minimum is kept in 64 bits, so the permutation loop
-    vectorises without narrowing.
+    (0.33 -> 0.22 ns on 12,750 x 196 x 128 random inputs, this machine; 0.20 with two shingles a
+    pass over the row). Rows of documents without shingles stay at P. The running minimum is kept
+    in 64 bits, so the permutation loop vectorises without narrowing.
     """
     num_perm = a.shape[0]
     b64 = b.astype(np.uint64)
@@ -60,12 +60,24 @@ def minhash_rows(x, offsets, a, b, out):  # pragma: no cover - compiled
     for d in range(offsets.shape[0] - 1):
         for i in range(num_perm):
             row[i] = _P
-        for s in range(offsets[d], offsets[d + 1]):
-            xs = np.uint64(np.uint32(_mod_p(np.uint64(x[s]))))  # < P; the narrowing tells the compiler so
+        s, e = offsets[d], offsets[d + 1]
+        while s + 2 <= e:  # two shingles a pass: half the row's loads and stores (11% faster; four: 7%)
+            x0 = np.uint64(np.uint32(_mod_p(np.uint64(x[s]))))  # < P; the narrowing tells the compiler so
+            x1 = np.uint64(np.uint32(_mod_p(np.uint64(x[s + 1]))))
             for i in range(num_perm):
-                y = np.uint64(a[i]) * xs + b64[i]
-                z = (y & _P) + (y >> np.uint64(31))
-                row[i] = min(row[i], min(z, z - _P))
+                ai = np.uint64(a[i])
+                y0 = ai * x0 + b64[i]
+                y1 = ai * x1 + b64[i]
+                z0 = (y0 & _P) + (y0 >> np.uint64(31))
+                z1 = (y1 & _P) + (y1 >> np.uint64(31))
+                row[i] = min(row[i], min(min(z0, z0 - _P), min(z1, z1 - _P)))
+            s += 2
+        if s < e:
+            x0 = np.uint64(np.uint32(_mod_p(np.uint64(x[s]))))
+            for i in range(num_perm):
+                y0 = np.uint64(a[i]) * x0 + b64[i]
+                z0 = (y0 & _P) + (y0 >> np.uint64(31))
+                row[i] = min(row[i], min(z0, z0 - _P))
         for i in range(num_perm):
             out[d, i] = np.uint32(row[i])
 
