@@ -230,6 +230,23 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
         return pq.ParquetFile(fh).read(columns=columns, use_pandas_metadata=False)
 
 
+def read_rows(path: str, rows: Sequence[int], column: str) -> list[Any]:
+    """The values of `column` at the given rows of one file, as Python objects, reading only that
+    column of the row groups that hold them (the report's few example texts)."""
+    with fsspec.open(path, "rb") as fh:
+        pf = pq.ParquetFile(fh)
+        sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
+        starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        at = np.asarray(rows, dtype=np.int64)
+        group = np.searchsorted(starts, at, side="right") - 1
+        wanted = np.unique(group)
+        table = pf.read_row_groups(wanted.tolist(), columns=[column], use_pandas_metadata=False)
+    # a row's position among the rows of the groups read: the rows of the groups read before its own
+    before = np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64)[wanted])])
+    pos = before[np.searchsorted(wanted, group)] + at - starts[group]
+    return table.column(0).take(pa.array(pos, pa.int64())).to_pylist()
+
+
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """`table` with `schema`'s columns in its order: cast (lossless, checked), missing ones null."""
     arrays = []

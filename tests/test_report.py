@@ -125,3 +125,22 @@ def test_report_page_in_a_real_browser(dask_processes: Path, tmp_path: Path, cor
     pixels = np.asarray(Image.open(io.BytesIO(png)).convert("L"), dtype=np.float64)
     assert pixels.std() > 10 and (pixels < 128).mean() > 0.005  # text and plots, not a blank page
     assert pq.read_metadata(tmp_path / "out" / "_report" / "removed.parquet" / "shard-00.parquet").num_rows > 0
+
+
+def test_report_examples_read_only_their_rows_across_row_groups(tmp_path: Path) -> None:
+    """The page's example texts come from `read_rows`: the right values at any rows, in the order
+    asked, across row groups, with nulls and a dictionary-encoded column, as pandas reads them."""
+    import pyarrow as pa
+
+    from dedup.shards import read_rows
+
+    texts = [None if i % 11 == 3 else f"text number {i} " + "é" * (i % 4) for i in range(50)]
+    table = pa.table({"id": list(range(50)), "text": pa.array(texts, pa.string()),
+                      "cat": pa.array([f"c{i % 3}" for i in range(50)]).dictionary_encode()})
+    path = tmp_path / "f.parquet"
+    pq.write_table(table, path, row_group_size=7)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 8
+    rows = [49, 0, 3, 14, 13, 6, 7, 48, 14]  # unordered, repeated, first and last of row groups, a null
+    assert read_rows(str(path), rows, "text") == [texts[r] for r in rows]
+    assert read_rows(str(path), rows, "cat") == [f"c{r % 3}" for r in rows]
+    assert read_rows(str(path), [], "text") == []
