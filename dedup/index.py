@@ -220,8 +220,10 @@ DICTIONARY_COLUMNS = ("band", "file")
 def _sort_order(columns: list[NDArray[Any]]) -> NDArray[np.intp]:
     """The row order sorting by columns[0], then the others: one argsort of the first, and a lexsort
     of only the rows whose first value repeats (with few repeats, half the time of a lexsort of
-    every row: 16 against 33 ms for 200,000 rows)."""
-    order = np.argsort(columns[0], kind="stable")
+    every row: 16 against 33 ms for 200,000 rows). The columns make rows unique, so the order is
+    fully decided and the first argsort need not be stable: numpy's default (a vectorised
+    quicksort) is 2.3 against 11.8 ms for 170,000 random uint64 keys."""
+    order = np.argsort(columns[0])
     if len(columns) == 1 or len(order) < 2:
         return order
     first = columns[0][order]
@@ -266,8 +268,9 @@ def write_bands(rows: Any, root: str, m: int) -> int:
 
 
 def write_ids(h: NDArray[np.uint64], ids: Any, id_type: pa.DataType, root: str, m: int) -> int:
-    """Write one id range's (h, id), sorted by h; bytes written."""
-    return _write_sorted(pa.table({"h": pa.array(h, pa.uint64()), "id": pa.array(ids, id_type)}), ("h",), ids_file(root, m))
+    """Write one id range's (h, id), sorted by h (then id: two ids may share a 64-bit hash); bytes written."""
+    return _write_sorted(pa.table({"h": pa.array(h, pa.uint64()), "id": pa.array(ids, id_type)}), ("h", "id"),
+                         ids_file(root, m))
 
 
 def read_range(part: IndexPart, kind: str, m: int, parts: int, column: str) -> pa.Table:

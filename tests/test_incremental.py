@@ -339,4 +339,10 @@ def test_index_files_sort_like_a_lexsort_of_every_row(rows: list[tuple[int, int]
     band = np.array([r[1] for r in rows], dtype=np.uint8)
     doc = np.arange(len(rows), dtype=np.int64)[::-1].copy()
     assert _sort_order([key, band, doc]).tolist() == np.lexsort((doc, band, key)).tolist()
-    assert _sort_order([key]).tolist() == np.argsort(key, kind="stable").tolist()
+    assert _sort_order([doc]).tolist() == np.argsort(doc, kind="stable").tolist()  # one unique column
+    perm = np.random.default_rng(len(rows)).permutation(len(rows))  # the rows arriving in another order
+    assert doc[_sort_order([key, band, doc])].tolist() == doc[perm][_sort_order([key[perm], band[perm], doc[perm]])].tolist()
+    # id files: two ids sharing a 64-bit hash are ordered by the id itself
+    h = key.copy()
+    ids = np.array([f"id{d}" for d in doc], dtype=object)
+    assert ids[_sort_order([h, ids])].tolist() == ids[perm][_sort_order([h[perm], ids[perm]])].tolist()
