@@ -261,7 +261,9 @@ def profile_section(src: Path, n: int, workers: int, baselines: Sequence[Path], 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sig-docs", type=int, default=20_000, help="documents for the one-core signature benchmark")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds of the per-stage profile")
+    ap.add_argument("--sig-repeats", type=int, default=5,
+                    help="interleaved repeats of the one-core signature benchmark (each dedup call is about 0.2 s)")
     ap.add_argument("--job-docs", type=int, default=204_000, help="documents for the whole-job comparison")
     ap.add_argument("--scale", default="50000,200000,1000000,2000000", help="corpus sizes for the scaling table")
     ap.add_argument("--job-repeats", type=int, default=3, help="interleaved runs of each tool in the whole-job table")
@@ -273,7 +275,7 @@ def main() -> None:
     report: dict = {"cpu": psutil.cpu_count(), "workers": args.workers}
 
     frame = corpus_frame(max(args.sig_docs, args.job_docs))
-    report["signatures"] = bench_signatures(frame["text"].iloc[: args.sig_docs].tolist(), args.repeats)
+    report["signatures"] = bench_signatures(frame["text"].iloc[: args.sig_docs].tolist(), args.sig_repeats)
 
     tmp = Path(tempfile.mkdtemp(prefix="dedup-bench-"))
     try:
