@@ -169,3 +169,17 @@ def test_arrow_text_columns_tokenise_in_place_like_python_strings(texts: list[st
 
     same = encode_arrow(whole)
     assert np.array_equal(same.buf, want.buf) and np.array_equal(same.word_offsets, want.word_offsets)
+
+
+def test_signatures_in_chunks_equal_one_batch() -> None:
+    """`signatures` works SIGNATURE_CHUNK texts at a time; across chunk edges (and for a generator)
+    the rows are those of one batch over every text."""
+    from dedup.minhash import SIGNATURE_CHUNK, batch_signatures
+    from dedup.text import encode_batch
+
+    texts = [None if i % 97 == 0 else f"doc {i % 13} " + "word " * (i % 17) + f"end {i % 5} é" * (i % 3 == 0)
+             for i in range(2 * SIGNATURE_CHUNK + 5)]
+    want = batch_signatures(encode_batch(texts), num_perm=16, seed=3)
+    assert np.array_equal(signatures(texts, num_perm=16, seed=3), want)
+    assert np.array_equal(signatures((t for t in texts), num_perm=16, seed=3), want)
+    assert signatures([], num_perm=16).shape == (0, 16)
