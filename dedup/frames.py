@@ -18,8 +18,8 @@ from dedup import _kernels
 from dedup.config import Params
 from dedup.decontam import ProtectedNgrams
 from dedup.lsh import NO_KEY, band_keys
-from dedup.minhash import batch_signatures
-from dedup.text import encode_batch, encode_column, texts_of
+from dedup.minhash import SIGNATURE_CHUNK, SIGNATURE_DTYPE, batch_signatures
+from dedup.text import encode_batch, encode_column_chunks, texts_of
 
 KIND_CANDIDATE = 0
 """An edge to confirm: the two documents share a bucket."""
@@ -128,31 +128,32 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
     source: the smallest index of a protected record it overlaps, -1 when clean; source_gram: the
     smallest index of an n-gram of that record it holds (for reports), -1 when clean.
     """
-    batch = encode_column(part[text_column])
     n = len(part)
-    sigs = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size,
-                            shingle_unit=params.shingle_unit)
-    has_words = batch.num_words > 0
-    if protected is not None and len(protected):
-        if params.ngram_size != protected.ngram_size:
-            raise ValueError(f"Protected n-grams were built with ngram_size={protected.ngram_size}, "
-                             f"but the job runs with ngram_size={params.ngram_size}.")
-        source, source_gram = protected.first_hits(batch)
-    else:
-        source, source_gram = np.full(n, -1, dtype=np.int32), np.full(n, -1, dtype=np.int64)
-    # Two independent 64-bit hashes of the document's words (FNV-1a and xorshift-multiply).
-    first = batch.word_offsets[:-1][has_words]
-    last = batch.word_offsets[1:][has_words] - 1
-    span_start, span_end = batch.word_start[first], batch.word_ends(last)
+    if protected is not None and len(protected) and params.ngram_size != protected.ngram_size:
+        raise ValueError(f"Protected n-grams were built with ngram_size={protected.ngram_size}, "
+                         f"but the job runs with ngram_size={params.ngram_size}.")
+    sigs = np.empty((n, params.num_perm), dtype=SIGNATURE_DTYPE)
+    source, source_gram = np.full(n, -1, dtype=np.int32), np.full(n, -1, dtype=np.int64)
     tkey = np.zeros(n, dtype=np.uint64)
     tkey2 = np.zeros(n, dtype=np.uint64)
-    tkey[has_words], tkey2[has_words] = _kernels.text_keys(batch.buf, np.ascontiguousarray(span_start, np.int64),
-                                                           np.ascontiguousarray(span_end, np.int64))
-    tkey[tkey == 0] = 1
-    tkey2[tkey2 == 0] = 1
-    active = has_words & (source < 0)
-    tkey[~active] = 0
-    tkey2[~active] = 0
+    for lo, batch in encode_column_chunks(part[text_column], SIGNATURE_CHUNK):  # each document on its own
+        hi = lo + len(batch.word_offsets) - 1
+        sigs[lo:hi] = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed,
+                                       shingle_size=params.shingle_size, shingle_unit=params.shingle_unit)
+        if protected is not None and len(protected):
+            source[lo:hi], source_gram[lo:hi] = protected.first_hits(batch)
+        # two independent 64-bit hashes of the document's words (xorshift-multiply and FNV-1a)
+        has_words = np.flatnonzero(batch.num_words > 0)
+        first = batch.word_offsets[:-1][has_words]
+        last = batch.word_offsets[1:][has_words] - 1
+        tkey[lo + has_words], tkey2[lo + has_words] = _kernels.text_keys(
+            batch.buf, np.ascontiguousarray(batch.word_start[first], np.int64),
+            np.ascontiguousarray(batch.word_ends(last), np.int64))
+        tkey[lo + has_words] = np.where(tkey[lo + has_words] == 0, 1, tkey[lo + has_words])
+        tkey2[lo + has_words] = np.where(tkey2[lo + has_words] == 0, 1, tkey2[lo + has_words])
+    inactive = source >= 0  # contaminated documents, like those without words (key 0), take no part
+    tkey[inactive] = 0
+    tkey2[inactive] = 0
     number = partition_info["number"] if partition_info else 0
     return pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(number, n), "tkey": tkey,
                          "tkey2": tkey2, "source": source.astype(np.int32), "source_gram": source_gram,

@@ -8,7 +8,7 @@ work on every shingle of a partition at once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -255,14 +255,33 @@ def encode_arrow(array: pa.Array | pa.ChunkedArray) -> TextBatch:
     return _tokenize(data, start, end, pre)
 
 
+def _arrow_text(column: pd.Series) -> bool:
+    """Whether the column's strings are held by Arrow (read in place by `encode_arrow`)."""
+    dtype = column.dtype
+    return (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow") or (
+        isinstance(dtype, pd.ArrowDtype) and (pa.types.is_string(dtype.pyarrow_dtype)
+                                              or pa.types.is_large_string(dtype.pyarrow_dtype)))
+
+
 def encode_column(column: pd.Series) -> TextBatch:
     """`encode_batch` of a text column: read in place when it is Arrow-backed (`encode_arrow`),
     else value by value (any value that is not a string or missing is an error naming the column)."""
-    if isinstance(column.dtype, pd.StringDtype) and column.dtype.storage == "pyarrow" or (
-            isinstance(column.dtype, pd.ArrowDtype) and (pa.types.is_string(column.dtype.pyarrow_dtype)
-                                                         or pa.types.is_large_string(column.dtype.pyarrow_dtype))):
+    if _arrow_text(column):
         return encode_arrow(pa.array(column))
     return encode_batch(texts_of(column))
+
+
+def encode_column_chunks(column: pd.Series, chunk: int) -> Iterator[tuple[int, TextBatch]]:
+    """`encode_column` `chunk` rows at a time: (first row, its batch) for each run of rows. Working a
+    chunk at a time keeps a batch's buffers in cache and lets the allocator reuse them."""
+    if _arrow_text(column):
+        array = pa.array(column)
+        for lo in range(0, len(array), chunk):
+            yield lo, encode_arrow(array.slice(lo, chunk))
+        return
+    texts = texts_of(column)
+    for lo in range(0, len(texts), chunk):
+        yield lo, encode_batch(texts[lo:lo + chunk])
 
 
 def texts_of(column: pd.Series) -> list[str | None]:
