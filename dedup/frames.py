@@ -146,11 +146,10 @@ def features(part: pd.DataFrame, id_column: str, text_column: str, params: Param
         has_words = np.flatnonzero(batch.num_words > 0)
         first = batch.word_offsets[:-1][has_words]
         last = batch.word_offsets[1:][has_words] - 1
-        tkey[lo + has_words], tkey2[lo + has_words] = _kernels.text_keys(
-            batch.buf, np.ascontiguousarray(batch.word_start[first], np.int64),
-            np.ascontiguousarray(batch.word_ends(last), np.int64))
-        tkey[lo + has_words] = np.where(tkey[lo + has_words] == 0, 1, tkey[lo + has_words])
-        tkey2[lo + has_words] = np.where(tkey2[lo + has_words] == 0, 1, tkey2[lo + has_words])
+        mix, fnv = _kernels.text_keys(batch.buf, np.ascontiguousarray(batch.word_start[first], np.int64),
+                                      np.ascontiguousarray(batch.word_ends(last), np.int64))
+        tkey[lo + has_words] = np.where(mix == 0, 1, mix)  # 0 is kept for "takes no part"
+        tkey2[lo + has_words] = np.where(fnv == 0, 1, fnv)
     inactive = source >= 0  # contaminated documents, like those without words (key 0), take no part
     tkey[inactive] = 0
     tkey2[inactive] = 0

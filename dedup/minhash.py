@@ -13,9 +13,10 @@ from dedup.text import TextBatch, _check_size, check_unit, encode_batch
 
 SIGNATURE_DTYPE = np.uint32
 SIGNATURE_CHUNK = 2048
-"""Texts that `signatures` tokenises, hashes and signs at a time: a chunk's buffers (a few MB) stay
-in cache and the allocator reuses them, where one pass over 20,000 texts of ~1 KB touched about
-110 MB of fresh pages (219 -> 181 ms, median of 5; 500 and 5,000 texts a chunk did the same)."""
+"""Texts that `signatures` and the features stage tokenise, hash and sign at a time: a chunk's
+buffers (a few MB) stay in cache and the allocator reuses them, where one pass over 20,000 texts
+of ~1 KB touched about 110 MB of fresh pages (219 -> 181 ms, median of 5; 500 and 5,000 texts a
+chunk did the same)."""
 
 
 def _minhash_rows(x: NDArray[np.uint64], offsets: NDArray[np.int64], num_perm: int, seed: int) -> NDArray[np.uint32]:
@@ -42,7 +43,7 @@ def batch_signatures(batch: TextBatch, *, num_perm: int = 128, seed: int = 0, sh
 
 def signatures(texts: Sequence[str | None], *, num_perm: int = 128, seed: int = 0, shingle_size: int = 5,
                shingle_unit: str = "word") -> NDArray[np.uint32]:
-    """Signatures of a sequence of texts, vectorised `SIGNATURE_CHUNK` texts at a time: uint32 [len(texts), num_perm].
+    """Signatures of a sequence of texts, `SIGNATURE_CHUNK` at a time: uint32 [len(texts), num_perm].
 
     Equal, row for row, to ``minhash(shingles(text, shingle_size, shingle_unit), num_perm, seed)``.
     """
