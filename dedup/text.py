@@ -23,7 +23,7 @@ _WORD = re.compile(r"\w+")
 
 TEXT_DTYPE = pd.StringDtype("pyarrow")
 """The text column's dtype in the job's frames: Arrow-backed, so it is tokenised in place
-(`encode_column`) and Dask's string conversion leaves it as it is."""
+(`encode_column_chunks`) and Dask's string conversion leaves it as it is."""
 
 
 
