@@ -81,6 +81,13 @@ def key_partition(keys: NDArray[np.int64]) -> NDArray[np.int64]:
     return keys >> ROW_BITS
 
 
+def label_partition(labels: NDArray[np.int64], npartitions: int) -> NDArray[np.int64]:
+    """Which of `npartitions` gathers a component (by its label, a document key): a multiplicative
+    hash, so that the components of one input partition spread over all of them."""
+    mixed = labels.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    return ((mixed >> np.uint64(32)) % np.uint64(npartitions)).astype(np.int64)
+
+
 @dataclass(frozen=True)
 class Placement:
     """Which partition of a run holds a document key: its own (`key_partition`), except that the

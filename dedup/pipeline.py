@@ -72,18 +72,22 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             params: Params, report: Report, components: str = "auto", npartitions: int | None = None,
             features_dir: str | None = None, locate: Callable[[int], tuple[str, int]] | None = None,
             null_id_files: Sequence[str] = (), details: bool = False, against: Sequence[index.IndexPart] = (),
-            skip_existing: bool = False, index_out: str | None = None, spill_dir: str | None = None) -> Decisions:
+            skip_existing: bool = False, index_out: str | None = None, spill_dir: str | None = None,
+            rows: int | None = None) -> Decisions:
     """Run the stages; the report gets every count. `locate` maps a document key to (file, row);
     `details` also finds each clustered document's closest match (for `_report/removed.parquet`).
     `against`: earlier outputs' indexes, whose documents win their clusters; with `skip_existing`
     documents whose id one of them holds are skipped instead of refused. `index_out`: write this
-    run's index band files there. `spill_dir`: where client components leave their labels."""
+    run's index band files there. `spill_dir`: where client components leave their labels. `rows`: the
+    input's rows, when known before reading (Parquet footers): with the counts of each stage, it lets
+    small routes skip a shuffle (`stages.SMALL_ROUTE_BYTES`)."""
     if components not in COMPONENT_MODES:
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
     with Stage(report, "features") as stage:  # and the ids' check: one round trip for both
         feat, lazy_counts = stages.features(ddf, id_column=id_column, text_column=text_column, params=params,
                                             protected=protected, features_dir=features_dir)
-        conflicts, k, lazy_ids = stages.id_conflicts(feat, npartitions, against=against, index_out=index_out)
+        conflicts, k, lazy_ids = stages.id_conflicts(feat, npartitions, against=against, index_out=index_out,
+                                                     rows=rows)
         fc, ic, sample = compute(lazy_counts, *lazy_ids)
         c = stages.feature_counts(fc)
         if c["null_ids"]:
@@ -120,6 +124,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         report.largest_approximated_bucket = c["largest_approximated_bucket"]
         report.index_bytes += c["index_band_bytes"]
         report.bucket_partitions = c["bucket_partitions"]
+        edge_rows = c["edges"]
         stage.summary = f"bucket edges on the workers, {report.approximated_buckets} approximated bucket(s)"
         if layout is not None:
             report.indexed_documents = sum(p.documents for p in against)
@@ -132,7 +137,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
     with Stage(report, "confirm") as stage:
         graph, pairs, conf = stages.confirm(edges, feat_all, texts, text_column=text_column, params=params,
-                                            n_new=feat.npartitions, placement=placement)
+                                            n_new=feat.npartitions, placement=placement, edge_rows=edge_rows)
         report.similarity_histogram = conf["similarity_histogram"]
         report.candidate_pairs, report.confirmed_pairs = conf["candidate_pairs"], conf["confirmed_pairs"]
         report.same_text_pairs = conf["same_text_pairs"]
@@ -152,7 +157,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             stage.summary = f"{conf['graph_edges']} edges joined on the cluster in {rounds} large/small-star rounds"
     with Stage(report, "roots") as stage:
         roots, by_component, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement,
-                                              placed=mode == "client")
+                                              placed=mode == "client", edge_rows=conf["graph_edges"])
         report.clusters, report.largest_cluster = c["clusters"], c["largest"]
         report.near_duplicates = c["duplicates"]
         report.near_duplicates_of_indexed = c["of_indexed"]
@@ -160,7 +165,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
                          f"{report.near_duplicates} near duplicates")
         if layout is not None:
             stage.summary += f", {report.near_duplicates_of_indexed} of them of earlier outputs' documents"
-    found = stages.matches(pairs, feat, first_indexed) if details else None
+    found = stages.matches(pairs, feat, first_indexed, conf["graph_edges"]) if details else None
     return Decisions(feat, roots, found, by_component)
 
 
@@ -180,7 +185,7 @@ def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sampl
                          "--skip-existing to leave them out, or give them new ids. Nothing was written.")
     report.skipped_existing = count
     found = conflicts[conflicts["kind"] == 1][["doc", "_id"]]
-    routed = stages.route(found, "doc", feat.npartitions)
+    routed = stages.route(found, "doc", feat.npartitions, rows=count, row_bytes=stages.ID_ROW_BYTES)
     return dd.map_partitions(frames.mark_skipped, feat, routed, meta=feat._meta, align_dataframes=False).persist()
 
 
@@ -528,7 +533,7 @@ def execute(plan: Plan) -> dict[str, Any]:
                     locate=_locator(groups), details=plan.write_report, against=plan.against,
                     skip_existing=plan.skip_existing,
                     index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
-                    spill_dir=f"{staging.url}/_labels")
+                    spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards))
                 layout = shared((groups, plan.schema))
                 # the shards, the removed list and the page's summaries: one round trip
                 lazy: dict[str, dd.DataFrame] = {}

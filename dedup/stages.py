@@ -31,19 +31,57 @@ log = logging.getLogger("dedup")
 MAX_STAR_ROUNDS = 200
 
 
-def _route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int) -> dd.DataFrame:
+SMALL_ROUTE_BYTES = 64 * 2**20
+"""A route whose rows are known to take at most this many bytes (rows x the caller's estimate of a
+row) goes through one task that gathers every partition and splits the rows by destination,
+instead of a shuffle: on a local cluster a shuffle's fixed cost (transfer tasks, barrier, unpack
+tasks; about 0.4 s on 2 workers) is most of the time of a small one (benchmarks/route_cost.py).
+A bound on bytes, not a share of the corpus: no task ever holds more than this."""
+
+
+def _route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int,
+              rows: int | None = None, row_bytes: int = 64) -> dd.DataFrame:
+    """Partition i of the result holds the rows `part_of` sends to i, indexed by `_part`; the order
+    of rows inside a partition is unspecified (every consumer sorts or groups). `rows`: an upper
+    bound on the frame's rows, when known, so that a small frame takes `route_small`."""
+    if rows is not None and rows * row_bytes <= SMALL_ROUTE_BYTES:
+        return route_small(frame, part_of, npartitions)
     meta = frame._meta.assign(_part=pd.Series(dtype=np.int64))
     with_part = frame.map_partitions(lambda df: df.assign(_part=part_of(df)), meta=meta)
     divisions = list(range(npartitions)) + [npartitions - 1]
     return with_part.set_index("_part", divisions=divisions, sorted=False)
 
 
+def _split(frame: pd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int) -> list[pd.DataFrame]:
+    """The rows of `frame` (every partition, concatenated) cut into one frame per destination."""
+    frame = frame.reset_index(drop=True)
+    dest = np.asarray(part_of(frame), dtype=np.int64) if len(frame) else np.zeros(0, np.int64)
+    order = np.argsort(dest, kind="stable")
+    frame = frame.take(order)
+    frame.index = pd.Index(dest[order], name="_part")
+    bounds = np.searchsorted(dest[order], np.arange(npartitions + 1))
+    return [frame.iloc[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def route_small(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray],
+                npartitions: int) -> dd.DataFrame:
+    """`_route_by` through one task: for frames small enough to gather (`SMALL_ROUTE_BYTES`)."""
+    meta = frame._meta.copy()
+    meta.index = pd.Index([], dtype=np.int64, name="_part")
+    # the collection itself as the argument: Dask concatenates its partitions in one task, and the
+    # graph keeps what it was persisted from (with `to_delayed`, a persisted input was released)
+    pieces = dask.delayed(_split, nout=npartitions)(frame, part_of, npartitions)
+    divisions = tuple(range(npartitions)) + (npartitions - 1,)
+    return dd.from_delayed(list(pieces), meta=meta, divisions=divisions, verify_meta=False)
+
+
 def route(frame: dd.DataFrame, key_column: str, npartitions: int,
-          placement: frames.Placement = frames.OWN) -> dd.DataFrame:
+          placement: frames.Placement = frames.OWN, rows: int | None = None, row_bytes: int = 64) -> dd.DataFrame:
     """`frame`'s rows moved to the partition of the document key in `key_column`: partition i of the
     result holds exactly the rows whose key belongs to features partition i, by `placement` (a
-    shuffle, no graph data)."""
-    return _route_by(frame, lambda df: placement(df[key_column].to_numpy(np.int64)), npartitions)
+    shuffle, or one task for a small frame: `rows`, an upper bound on its rows, and `row_bytes`;
+    no graph data)."""
+    return _route_by(frame, lambda df: placement(df[key_column].to_numpy(np.int64)), npartitions, rows, row_bytes)
 
 
 def route_ranges(frame: dd.DataFrame, npartitions: int) -> dd.DataFrame:
@@ -108,18 +146,22 @@ def _read_features(path: str) -> pd.DataFrame:
     return table.to_pandas(types_mapper={pa.large_binary(): pd.ArrowDtype(pa.large_binary())}.get)
 
 
+ID_ROW_BYTES = 80
+"""About the bytes of one (doc, _id, _h) row, a short string id included: for `SMALL_ROUTE_BYTES`."""
 CONFLICT_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "kind": pd.Series(dtype=np.int8)})
 
 
 def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against: Sequence[index.IndexPart] = (),
-                 index_out: str | None = None) -> tuple[dd.DataFrame, int, tuple[dd.DataFrame, dd.DataFrame]]:
+                 index_out: str | None = None, rows: int | None = None
+                 ) -> tuple[dd.DataFrame, int, tuple[dd.DataFrame, dd.DataFrame]]:
     """Documents whose id occurs twice in this run (kind 0) or is in an earlier index (kind 1).
 
     The ids are routed to the range of their stable hash (`dedup.hashing.id_hashes`), where they
     are compared exactly; each range also reads the same range of the earlier indexes' id files
     and, with `index_out`, writes this run's. Returns the conflicts persisted on the workers, the
     number of ranges, and, lazy, their counts by kind and a few of each for messages (to compute
-    with the features' counts, then `conflict_counts`).
+    with the features' counts, then `conflict_counts`). `rows`: the input's rows, when known
+    (a small input's ids take one task, `route_small`, not a shuffle).
     """
     from dedup.hashing import id_hashes
 
@@ -127,7 +169,7 @@ def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against:
     k = max([npartitions or keys.npartitions] + [p.id_parts for p in against])
     with_h = keys.map_partitions(lambda d: d.assign(_h=id_hashes(d["_id"].to_numpy())),
                                  meta=keys._meta.assign(_h=pd.Series(dtype=np.uint64)))
-    ranged = _route_by(with_h, lambda d: index.key_range_of(d["_h"].to_numpy(np.uint64), k), k)
+    ranged = _route_by(with_h, lambda d: index.key_range_of(d["_h"].to_numpy(np.uint64), k), k, rows, ID_ROW_BYTES)
     id_type = pa.int64() if pd.api.types.is_integer_dtype(keys._meta["_id"].dtype) else pa.string()
     meta = CONFLICT_META.assign(_id=keys._meta["_id"])[["doc", "_id", "kind"]]
     found = ranged.map_partitions(index.id_conflicts, list(against), k, index_out, id_type, meta=meta).persist()
@@ -256,10 +298,11 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     def approx_sizes(e: pd.DataFrame) -> pd.DataFrame:
         a = e[e["kind"] == frames.KIND_APPROX]
         sizes = a.groupby(["band", "left"]).size() + 1 if len(a) else pd.Series(dtype=np.int64)
-        return pd.DataFrame({"buckets": [len(sizes)], "largest": [int(sizes.max()) if len(sizes) else 0]})
+        return pd.DataFrame({"buckets": [len(sizes)], "largest": [int(sizes.max()) if len(sizes) else 0],
+                             "edges": [len(e)]})
 
     # one round trip for every count: the bucket sizes, the band files written, the indexed documents read
-    lazy = {"sizes": edges.map_partitions(approx_sizes, meta={"buckets": "int64", "largest": "int64"})}
+    lazy = {"sizes": edges.map_partitions(approx_sizes, meta={"buckets": "int64", "largest": "int64", "edges": "int64"})}
     if writes is not None:
         lazy["writes"] = writes
     if idx_feat is not None:
@@ -268,7 +311,8 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     c = got["sizes"]
     counts = {"approximated_buckets": int(c["buckets"].sum()), "largest_approximated_bucket": int(c["largest"].max()),
               "index_band_bytes": int(got["writes"]["bytes"].sum()) if "writes" in got else 0,
-              "indexed_matched": int(got["matched"]["n"].sum()) if "matched" in got else 0, "bucket_partitions": k}
+              "indexed_matched": int(got["matched"]["n"].sum()) if "matched" in got else 0, "bucket_partitions": k,
+              "edges": int(c["edges"].sum())}
     if counts["approximated_buckets"]:
         log.warning("%d bucket(s) had more than %d distinct texts (largest %d): joined by star edges, not all pairs",
                     counts["approximated_buckets"], params.max_bucket, counts["largest_approximated_bucket"])
@@ -282,7 +326,7 @@ SIMILARITY_BINS = 50
 
 
 def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str, params: Params,
-            n_new: int | None = None, placement: frames.Placement = frames.OWN
+            n_new: int | None = None, placement: frames.Placement = frames.OWN, edge_rows: int | None = None
             ) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, Any]]:
     """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
     document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
@@ -291,16 +335,21 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     pairs inside each partition. Returns the persisted graph (left, right) the components are made
     of, the persisted confirmed pairs with their similarities (left, right, estimate, jaccard), and
     counts with a histogram of every candidate's similarity. Partitions from `n_new` on are earlier indexes'
-    documents (never paired with each other), placed by `placement`."""
+    documents (never paired with each other), placed by `placement`. `edge_rows`: the bucket edges'
+    rows (`buckets` counts them), which bound both hops' rows: small ones take `route_small`."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
     routes = edges.map_partitions(frames.confirm_routes, meta=frames.ROUTED_META)
     src = None if params.confirm == "estimate" else texts
-    at_left = dd.map_partitions(frames.pairs_with_left, route(routes, "left", n, placement), feat, src, text_column, params,
-                                meta=frames.left_payload_meta(params, id_meta), align_dataframes=False)
-    scored = dd.map_partitions(frames.score_at_right, route(at_left, "right", n, placement), feat, src, text_column, params,
-                               meta=frames.scored_meta(id_meta), align_dataframes=False).persist()
+    at_left = dd.map_partitions(frames.pairs_with_left, route(routes, "left", n, placement, edge_rows, 24), feat, src,
+                                text_column, params, meta=frames.left_payload_meta(params, id_meta), align_dataframes=False)
+    # a left payload row: the pair, the left id and signature (exact Jaccard adds shingle hashes of any length)
+    payload_rows = edge_rows if params.confirm == "estimate" else None
+    scored = dd.map_partitions(frames.score_at_right, route(at_left, "right", n, placement, payload_rows,
+                                                            4 * params.num_perm + ID_ROW_BYTES),
+                               feat, src, text_column, params, meta=frames.scored_meta(id_meta),
+                               align_dataframes=False).persist()
     same_local = feat.partitions[:n_new].map_partitions(frames.same_text_pairs_with_ids, meta=frames.PAIR_META.assign(
         left_id=id_meta.iloc[:0], right_id=id_meta.iloc[:0]))
     columns = ["left", "right", "left_id", "right_id", "estimate", "jaccard"]
@@ -327,14 +376,18 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     return graph, pairs, counts
 
 
-def matches(pairs: dd.DataFrame, feat: dd.DataFrame, first_indexed: int = frames.NO_INDEX) -> dd.DataFrame:
+def matches(pairs: dd.DataFrame, feat: dd.DataFrame, first_indexed: int = frames.NO_INDEX,
+            pair_rows: int | None = None) -> dd.DataFrame:
     """(doc, matched, estimate, jaccard) for every document of this run in a confirmed or same-text
     pair: the neighbour with the smallest id it was matched to directly, and that pair's similarities;
-    routed to the document's own partition (for the report). Choices depend on ids, never on keys."""
+    routed to the document's own partition (for the report). Choices depend on ids, never on keys.
+    `pair_rows`: the pairs' rows, when known (twice as many rows are routed)."""
     meta = frames.match_meta(feat._meta["_id"])
     both = pairs.map_partitions(frames.pair_directions, meta=meta)
     both = both[both["doc"] < first_indexed]
-    return route(both, "doc", feat.npartitions).map_partitions(frames.closest_match, meta=meta)
+    rows = 2 * pair_rows if pair_rows is not None else None
+    return route(both, "doc", feat.npartitions, rows=rows, row_bytes=ID_ROW_BYTES).map_partitions(
+        frames.closest_match, meta=meta)
 
 
 # -- components ------------------------------------------------------------------------------------
@@ -449,7 +502,7 @@ def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.Dat
 # -- roots -----------------------------------------------------------------------------------------
 
 def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = frames.NO_INDEX,
-          placement: frames.Placement = frames.OWN, placed: bool = False
+          placement: frames.Placement = frames.OWN, placed: bool = False, edge_rows: int | None = None
           ) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, int]]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
     the same rows persisted by component (for the report).
@@ -458,22 +511,27 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     ids, then are shuffled on the label so each component is in one partition, where its root,
     the smallest id, is chosen (the smallest indexed id, when the component holds documents of an
     earlier output: partitions from `n_new` on, placed by `placement`, keys from `first_indexed` on).
-    `placed`: the labels are at their documents' partitions already (`components_on_client`)."""
+    `placed`: the labels are at their documents' partitions already (`components_on_client`).
+    `edge_rows`: the graph's edges, when known: at most twice as many documents are clustered, and
+    so few take `route_small` instead of shuffles."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
-    at_docs = labels if placed else route(labels, "doc", n, placement)
+    members = 2 * edge_rows if edge_rows is not None else None
+    at_docs = labels if placed else route(labels, "doc", n, placement, members, 16)
     with_ids = dd.map_partitions(frames.with_ids, at_docs, feat,
                                  meta=frames.MEMBER_META.assign(_id=id_meta.iloc[:0]), align_dataframes=False)
     root_meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
-    by_component = with_ids.shuffle(on="label", npartitions=max(1, n_new)).map_partitions(
-        frames.roots_of_components, first_indexed, meta=root_meta).persist()
+    k = max(1, n_new)
+    by_label = _route_by(with_ids, lambda d: frames.label_partition(d["label"].to_numpy(np.int64), k), k, members,
+                         ID_ROW_BYTES)
+    by_component = by_label.map_partitions(frames.roots_of_components, first_indexed, meta=root_meta).persist()
     (c,) = compute(by_component.map_partitions(
         frames.component_counts, first_indexed,
         meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64"}))
     counts = {k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")}
     counts["largest"] = int(c["largest"].max())
     own = by_component[by_component["doc"] < first_indexed]
-    return route(own, "doc", n_new), by_component, counts
+    return route(own, "doc", n_new, rows=counts["members"], row_bytes=2 * ID_ROW_BYTES), by_component, counts
 
 

@@ -30,9 +30,17 @@ def bigger_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_shards(frame, tmp_path_factory.mktemp("bigger") / "in", 6)
 
 
-def test_worker_killed_mid_shuffle_gives_identical_output(bigger_corpus: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("task", ["shuffle", "_split"])
+def test_worker_killed_mid_shuffle_gives_identical_output(bigger_corpus: Path, tmp_path: Path, task: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker killed while it runs a shuffle task (every route a shuffle), or the one task of a small
+    route (`stages.route_small`): the job retries and writes what an undisturbed run writes."""
     from distributed import Client, LocalCluster
 
+    from dedup import stages
+
+    if task == "shuffle":
+        monkeypatch.setattr(stages, "SMALL_ROUTE_BYTES", 0)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
             Client(lc) as client:
         run(str(bigger_corpus), str(tmp_path / "baseline"), drop=False)
@@ -51,13 +59,13 @@ def test_worker_killed_mid_shuffle_gives_identical_output(bigger_corpus: Path, t
         deadline = time.time() + 120
         while thread.is_alive() and killed is None and time.time() < deadline:
             for addr, keys in client.processing().items():
-                if any("shuffle" in str(k) for k in keys) and addr in pids:
+                if any(task in str(k) for k in keys) and addr in pids:
                     os.kill(pids[addr], signal.SIGKILL)
                     killed = addr
                     break
             time.sleep(0.005)
         thread.join(timeout=300)
-        assert killed is not None, "no shuffle task was seen running, so no worker was killed"
+        assert killed is not None, f"no {task} task was seen running, so no worker was killed"
         assert "error" not in outcome, outcome.get("error")
         client.wait_for_workers(2, timeout=60)
     assert _assignments(tmp_path / "killed") == _assignments(tmp_path / "baseline")

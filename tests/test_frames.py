@@ -75,3 +75,12 @@ def test_large_bucket_star_starts_at_the_smallest_text_hash() -> None:
     e = frames.bucket_edges(_long(rows), max_bucket=2)
     assert sorted(zip(e["left"].tolist(), e["right"].tolist())) == [(50, 10), (50, 30), (50, 40)]
     assert set(e["kind"].tolist()) == {KIND_APPROX}
+
+
+def test_label_partition_spreads_one_partitions_components() -> None:
+    labels = frames.doc_keys(3, 10_000)  # the labels of components found in one input partition
+    dest = frames.label_partition(labels, 7)
+    assert dest.min() >= 0 and dest.max() < 7
+    counts = np.bincount(dest, minlength=7)
+    assert counts.min() > 10_000 / 7 * 0.8  # about even, not all in one
+    assert (frames.label_partition(labels, 1) == 0).all()

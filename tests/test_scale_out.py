@@ -81,3 +81,56 @@ def test_ids_are_never_hashed(client, tmp_path: Path) -> None:
     run(str(tmp_path / "in"), str(tmp_path / "out"), drop=False, components="distributed", partition_rows=1)
     out = pd.read_parquet(tmp_path / "out").sort_values("id")
     assert out["minhash_cluster"].tolist() == [2**62 + 1, 2**62 + 1, 2**62 + 3]
+
+
+def _output_digests(out: Path) -> dict[str, str]:
+    """Every file of an output but the manifest, the page (timings) and the index's metadata (a new uid)."""
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name not in ("_dedup.json", "index.html", "index.json")}
+
+
+@pytest.mark.parametrize("confirm", ["estimate", "exact"])
+def test_small_routes_write_what_shuffles_write(client, tmp_path: Path, frame: pd.DataFrame, confirm: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small frame goes through one task (`route_small`) instead of a shuffle; the shards, the
+    index and the removed list are the same bytes either way, on a real cluster."""
+    from dedup import stages
+
+    params = Params(confirm=confirm, max_bucket=4)
+    src = write_shards(frame, tmp_path / "in", 7)
+    run(str(src), str(tmp_path / "small"), params=params, partition_rows=100)
+    monkeypatch.setattr(stages, "SMALL_ROUTE_BYTES", 0)  # every route a shuffle
+    run(str(src), str(tmp_path / "shuffled"), params=params, partition_rows=100)
+    small, shuffled = _output_digests(tmp_path / "small"), _output_digests(tmp_path / "shuffled")
+    assert any(name.startswith("_index/") for name in small)
+    assert any(name.startswith("_report/removed.parquet/") for name in small)
+    assert small == shuffled
+
+
+@pytest.mark.parametrize("where", ["sync", "cluster"])
+@pytest.mark.parametrize("npartitions", [1, 4])
+def test_route_small_puts_every_row_where_a_shuffle_does(request, where: str, npartitions: int) -> None:
+    import numpy as np
+
+    from dedup import stages
+
+    frame = pd.DataFrame({"doc": np.arange(500, dtype=np.int64) * 7919 % 1000, "v": [f"x{i}" for i in range(500)]})
+    ddf = dd.from_pandas(frame, npartitions=5, sort=False)
+
+    def dest(d: pd.DataFrame) -> np.ndarray:
+        return d["doc"].to_numpy() % npartitions
+
+    def parts(routed: dd.DataFrame) -> list[list[tuple[int, str, int]]]:
+        got = dask.compute(*routed.to_delayed(), **({"scheduler": "sync"} if where == "sync" else {}))
+        return [sorted(zip(p["doc"], p["v"], p.index)) for p in got]
+
+    if where == "cluster":
+        request.getfixturevalue("client")
+    with dask.config.set(LOCAL if where == "sync" else {}):
+        small = stages._route_by(ddf, dest, npartitions, rows=len(frame), row_bytes=16)
+        shuffled = stages._route_by(ddf, dest, npartitions)
+        assert small.npartitions == shuffled.npartitions == npartitions
+        got, want = parts(small), parts(shuffled)
+    assert got == want
+    assert sum(len(p) for p in got) == len(frame)
+    assert all(i == part for part, rows in enumerate(got) for _, _, i in rows)
