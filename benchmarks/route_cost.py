@@ -21,10 +21,12 @@ import pandas as pd
 
 
 def _part(i: int, rows: int) -> pd.DataFrame:
+    from dedup.frames import sig_payload
+
     rng = np.random.default_rng(i)
     return pd.DataFrame({"doc": rng.integers(0, 16 << 40, rows, dtype=np.int64),
                          "_id": [f"doc-{i}-{r}" for r in range(rows)],
-                         "sig": [rng.bytes(512) for _ in range(rows)]})
+                         "sig": sig_payload(rng.integers(0, 2**32, (rows, 128), dtype=np.uint32))})
 
 
 def main() -> None:

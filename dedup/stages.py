@@ -35,8 +35,9 @@ SMALL_ROUTE_BYTES = 64 * 2**20
 """A route whose rows are known to take at most this many bytes (rows x the caller's estimate of a
 row) goes through one task that gathers every partition and splits the rows by destination,
 instead of a shuffle: on a local cluster a shuffle's fixed cost (transfer tasks, barrier, unpack
-tasks; about 0.4 s on 2 workers) is most of the time of a small one (benchmarks/route_cost.py).
-A bound on bytes, not a share of the corpus: no task ever holds more than this."""
+tasks) is most of the time of a small one. On 2 workers and 16 partitions, 20,000 rows of 0.5 KB took
+1.23 s as a shuffle and 0.38 s in one task (benchmarks/route_cost.py). A bound on bytes, not a share
+of the corpus: no task holds more than this, and larger frames keep the shuffle's parallelism."""
 
 
 def _route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int,
