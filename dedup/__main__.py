@@ -1,6 +1,6 @@
 """`python -m dedup`: the same as the `dedup` command."""
 
-from dedup.cli import main
+from dedup.cli import entry
 
 if __name__ == "__main__":  # spawned worker processes re-import this module
-    raise SystemExit(main())
+    entry()

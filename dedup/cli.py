@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -386,3 +387,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"dedup: error: {exc}", file=sys.stderr)
         return 2 if stage == "usage" or isinstance(exc, UsageError) else 1
+
+
+def entry() -> None:
+    """The `dedup` command: `main`, then, once it has returned and its output is flushed, a hard exit.
+
+    Python's own teardown, freeing every module and object (dask, pandas, numba's compiler), took
+    0.4 to 0.8 s after the job had finished, with nothing left to do: OUTPUT is committed, a local
+    cluster closed, every file closed. mypy's command exits the same way. An exception that escapes
+    `main` (with --verbose) and argparse's exits take the ordinary way out."""
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
