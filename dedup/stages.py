@@ -32,12 +32,16 @@ MAX_STAR_ROUNDS = 200
 
 
 SMALL_ROUTE_BYTES = 64 * 2**20
-"""A route whose rows are known to take at most this many bytes (rows x the caller's estimate of a
-row) goes through one task that gathers every partition and splits the rows by destination,
+"""A route whose rows are known to take at most about this many bytes (rows x the caller's estimate
+of a row) goes through one task that gathers every partition and splits the rows by destination,
 instead of a shuffle: on a local cluster a shuffle's fixed cost (transfer tasks, barrier, unpack
 tasks) is most of the time of a small one. On 2 workers and 16 partitions, 20,000 rows of 0.5 KB took
 1.23 s as a shuffle and 0.38 s in one task (benchmarks/route_cost.py). A bound on bytes, not a share
-of the corpus: no task holds more than this, and larger frames keep the shuffle's parallelism."""
+of the corpus: no task gathers much more than this (rows are estimated, not weighed), and larger
+frames keep the shuffle's parallelism."""
+
+ID_ROW_BYTES = 80
+"""The estimate of a routed row holding a document key and an id (a string id of about 50 bytes)."""
 
 
 def _route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int,
@@ -147,8 +151,6 @@ def _read_features(path: str) -> pd.DataFrame:
     return table.to_pandas(types_mapper={pa.large_binary(): pd.ArrowDtype(pa.large_binary())}.get)
 
 
-ID_ROW_BYTES = 80
-"""About the bytes of one (doc, _id, _h) row, a short string id included: for `SMALL_ROUTE_BYTES`."""
 CONFLICT_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "kind": pd.Series(dtype=np.int8)})
 
 
