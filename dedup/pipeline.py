@@ -12,6 +12,7 @@ DataFrame of your own and return it lazily.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -673,9 +674,17 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
     `dry_run`, OUTPUT gets only the manifest and the report, no shards. Unless `write_index` is
     False, a near-dedup run writes `_index/`, which a later run takes with `against` (earlier
     OUTPUTs): its documents that duplicate one of theirs are dropped, theirs always survive.
+    When it returns, the job holds nothing in the cluster's memory.
     """
     plan = prepare(input, output, protected=protected, near=near, id_column=id_column, text_column=text_column,
                    params=params, drop=drop, overwrite=overwrite, components=components, retries=retries,
                    features_on_disk=features_on_disk, partition_rows=partition_rows, dry_run=dry_run,
                    write_report=write_report, against=against, skip_existing=skip_existing, write_index=write_index)
-    return execute(plan)
+    try:
+        return execute(plan)
+    finally:
+        # Exceptions raised and caught inside libraries while the job ran (matplotlib's font parser,
+        # asyncio timeouts in distributed) sit in reference cycles with their tracebacks, whose frames
+        # lead up to this job's and hold its persisted collections: without a collection here, their
+        # data stayed in the cluster's memory until Python's cyclic collector happened to run.
+        gc.collect()
