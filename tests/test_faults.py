@@ -31,8 +31,8 @@ def bigger_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("task", ["shuffle", "_split"])
-def test_worker_killed_mid_shuffle_gives_identical_output(bigger_corpus: Path, tmp_path: Path, task: str,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, tmp_path: Path, task: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker killed while it runs a shuffle task (every route a shuffle), or the one task of a small
     route (`stages.route_small`): the job retries and writes what an undisturbed run writes."""
     from distributed import Client, LocalCluster
