@@ -1,4 +1,4 @@
-"""Faults: a worker killed mid-shuffle, an interrupted run, a worker that keeps dying; and skew."""
+"""Faults: a worker killed mid-route (a shuffle or a small route), an interrupted run, a worker that keeps dying; skew."""
 
 from __future__ import annotations
 
