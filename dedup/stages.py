@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import dask
@@ -52,9 +53,36 @@ def _route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray]
     if rows is not None and rows * row_bytes <= SMALL_ROUTE_BYTES:
         return route_small(frame, part_of, npartitions)
     meta = frame._meta.assign(_part=pd.Series(dtype=np.int64))
-    with_part = frame.map_partitions(lambda df: df.assign(_part=part_of(df)), meta=meta)
+    with_part = frame.map_partitions(_with_part, part_of, meta=meta)
     divisions = list(range(npartitions)) + [npartitions - 1]
     return with_part.set_index("_part", divisions=divisions, sorted=False)
+
+
+# The functions tasks run are module-level (with `functools.partial` for their parameters), never
+# lambdas or closures: those are pickled by value, once per task, by the client and again by the
+# scheduler (about 0.6 ms each, after a failed plain pickle), where a module function is a name.
+
+def _with_part(frame: pd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray]) -> pd.DataFrame:
+    return frame.assign(_part=part_of(frame))
+
+
+def _placed_part(frame: pd.DataFrame, key_column: str, placement: frames.Placement) -> np.ndarray:
+    return placement(frame[key_column].to_numpy(np.int64))
+
+
+def _range_part(frame: pd.DataFrame, column: str, npartitions: int) -> np.ndarray:
+    return index.key_range_of(frame[column].to_numpy(np.uint64), npartitions)
+
+
+def _label_part(frame: pd.DataFrame, npartitions: int) -> np.ndarray:
+    return frames.label_partition(frame["label"].to_numpy(np.int64), npartitions)
+
+
+def _rows(frame: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"n": [len(frame)]})
+
+
+ROWS_META = {"n": "int64"}
 
 
 def _split(frame: pd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int) -> list[pd.DataFrame]:
@@ -86,13 +114,14 @@ def route(frame: dd.DataFrame, key_column: str, npartitions: int,
     result holds exactly the rows whose key belongs to features partition i, by `placement` (a
     shuffle, or one task for a small frame: `rows`, an upper bound on its rows, and `row_bytes`;
     no graph data)."""
-    return _route_by(frame, lambda df: placement(df[key_column].to_numpy(np.int64)), npartitions, rows, row_bytes)
+    return _route_by(frame, partial(_placed_part, key_column=key_column, placement=placement), npartitions, rows,
+                     row_bytes)
 
 
 def route_ranges(frame: dd.DataFrame, npartitions: int) -> dd.DataFrame:
     """Band rows moved to the bucket range of their key (`dedup.index.key_range_of`): every bucket
     in one partition, and the same ranges as an index's band files."""
-    return _route_by(frame, lambda df: index.key_range_of(df["key"].to_numpy(np.uint64), npartitions), npartitions)
+    return _route_by(frame, partial(_range_part, column="key", npartitions=npartitions), npartitions)
 
 
 # -- features --------------------------------------------------------------------------------------
@@ -106,11 +135,13 @@ def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Par
     feat = ddf.map_partitions(frames.features, id_column, text_column, params, prot,
                               meta=frames.features_meta(params.num_perm, ddf._meta[id_column].dtype))
     feat = _materialise(feat, features_dir)
-    counts = feat.map_partitions(
-        lambda f: pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
-                                "null_ids": [int(f["_id"].isna().sum())]}),
-        meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
+    counts = feat.map_partitions(_feature_counts, meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
     return feat, counts
+
+
+def _feature_counts(f: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
+                         "null_ids": [int(f["_id"].isna().sum())]})
 
 
 def feature_counts(c: pd.DataFrame) -> dict[str, int]:
@@ -166,21 +197,30 @@ def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against:
     with the features' counts, then `conflict_counts`). `rows`: the input's rows, when known
     (a small input's ids take one task, `route_small`, not a shuffle).
     """
-    from dedup.hashing import id_hashes
-
     keys = feat[["doc", "_id"]]
     k = max([npartitions or keys.npartitions] + [p.id_parts for p in against])
-    with_h = keys.map_partitions(lambda d: d.assign(_h=id_hashes(d["_id"].to_numpy())),
-                                 meta=keys._meta.assign(_h=pd.Series(dtype=np.uint64)))
-    ranged = _route_by(with_h, lambda d: index.key_range_of(d["_h"].to_numpy(np.uint64), k), k, rows, ID_ROW_BYTES)
+    with_h = keys.map_partitions(_with_id_hash, meta=keys._meta.assign(_h=pd.Series(dtype=np.uint64)))
+    ranged = _route_by(with_h, partial(_range_part, column="_h", npartitions=k), k, rows, ID_ROW_BYTES)
     id_type = pa.int64() if pd.api.types.is_integer_dtype(keys._meta["_id"].dtype) else pa.string()
     meta = CONFLICT_META.assign(_id=keys._meta["_id"])[["doc", "_id", "kind"]]
     found = ranged.map_partitions(index.id_conflicts, list(against), k, index_out, id_type, meta=meta).persist()
-    lazy = (found.map_partitions(lambda d: pd.DataFrame({"repeated": [int(d["_id"][d["kind"] == 0].nunique())],
-                                                         "existing": [int((d["kind"] == 1).sum())]}),
-                                 meta={"repeated": "int64", "existing": "int64"}),
-            found.map_partitions(lambda d: d.groupby("kind").head(6), meta=meta))
+    lazy = (found.map_partitions(_conflicts_by_kind, meta={"repeated": "int64", "existing": "int64"}),
+            found.map_partitions(_conflict_sample, meta=meta))
     return found, k, lazy
+
+
+def _with_id_hash(d: pd.DataFrame) -> pd.DataFrame:
+    from dedup.hashing import id_hashes
+
+    return d.assign(_h=id_hashes(d["_id"].to_numpy()))
+
+
+def _conflicts_by_kind(d: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"repeated": [int(d["_id"][d["kind"] == 0].nunique())], "existing": [int((d["kind"] == 1).sum())]})
+
+
+def _conflict_sample(d: pd.DataFrame) -> pd.DataFrame:
+    return d.groupby("kind").head(6)
 
 
 def conflict_counts(k: int, c: pd.DataFrame, sample: pd.DataFrame) -> tuple[dict[str, int], pd.DataFrame]:
@@ -297,19 +337,12 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     writes = ranged.map_partitions(_write_band_part, index_out, meta={"bytes": "int64", "rows": "int64"}) \
         if index_out is not None else None
     edges, idx_feat, writes = dask.persist(edges, idx_feat, writes)  # one pass over the routed rows
-
-    def approx_sizes(e: pd.DataFrame) -> pd.DataFrame:
-        a = e[e["kind"] == frames.KIND_APPROX]
-        sizes = a.groupby(["band", "left"]).size() + 1 if len(a) else pd.Series(dtype=np.int64)
-        return pd.DataFrame({"buckets": [len(sizes)], "largest": [int(sizes.max()) if len(sizes) else 0],
-                             "edges": [len(e)]})
-
     # one round trip for every count: the bucket sizes, the band files written, the indexed documents read
-    lazy = {"sizes": edges.map_partitions(approx_sizes, meta={"buckets": "int64", "largest": "int64", "edges": "int64"})}
+    lazy = {"sizes": edges.map_partitions(_approx_sizes, meta={"buckets": "int64", "largest": "int64", "edges": "int64"})}
     if writes is not None:
         lazy["writes"] = writes
     if idx_feat is not None:
-        lazy["matched"] = idx_feat.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"})
+        lazy["matched"] = idx_feat.map_partitions(_rows, meta=ROWS_META)
     got = dict(zip(lazy, compute(*lazy.values())))
     c = got["sizes"]
     counts = {"approximated_buckets": int(c["buckets"].sum()), "largest_approximated_bucket": int(c["largest"].max()),
@@ -320,6 +353,13 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
         log.warning("%d bucket(s) had more than %d distinct texts (largest %d): joined by star edges, not all pairs",
                     counts["approximated_buckets"], params.max_bucket, counts["largest_approximated_bucket"])
     return edges, idx_feat, counts
+
+
+def _approx_sizes(e: pd.DataFrame) -> pd.DataFrame:
+    """Per partition of bucket edges: approximated buckets, the largest one's size, and the edges."""
+    a = e[e["kind"] == frames.KIND_APPROX]
+    sizes = a.groupby(["band", "left"]).size() + 1 if len(a) else pd.Series(dtype=np.int64)
+    return pd.DataFrame({"buckets": [len(sizes)], "largest": [int(sizes.max()) if len(sizes) else 0], "edges": [len(e)]})
 
 
 # -- confirm ---------------------------------------------------------------------------------------
@@ -359,24 +399,25 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     ones = {"estimate": np.float32(1.0), "jaccard": np.float32(1.0 if params.confirm == "exact" else np.nan)}
     pairs = dd.concat([scored[scored["confirmed"]][columns], same_local.assign(**ones)[columns]]).persist()
     graph = pairs[["left", "right"]]
-
-    def tally(d: pd.DataFrame) -> pd.DataFrame:
-        column = "jaccard" if params.confirm == "exact" else "estimate"
-        same = d["same"].to_numpy(bool)
-        cand = d[~same]
-        hist = np.histogram(cand[column].to_numpy(np.float64), bins=SIMILARITY_BINS, range=(0.0, 1.0))[0]
-        return pd.DataFrame({"candidates": [len(cand)], "confirmed": [int(cand["confirmed"].sum())],
-                             "same": [int(same.sum())], "hist": [hist]})
-
-    (c, s) = compute(scored.map_partitions(tally, meta={"candidates": "int64", "confirmed": "int64", "same": "int64",
-                                                        "hist": object}),
-                     pairs.map_partitions(lambda d: pd.DataFrame({"n": [len(d)]}), meta={"n": "int64"}))
+    column = "jaccard" if params.confirm == "exact" else "estimate"
+    (c, s) = compute(scored.map_partitions(_tally, column, meta={"candidates": "int64", "confirmed": "int64",
+                                                                 "same": "int64", "hist": object}),
+                     pairs.map_partitions(_rows, meta=ROWS_META))
     hist = np.sum(np.stack(c["hist"].to_list()), axis=0) if len(c) else np.zeros(SIMILARITY_BINS, np.int64)
     confirmed, edges_total = int(c["confirmed"].sum()), int(s["n"].sum())
     counts: dict[str, Any] = {"candidate_pairs": int(c["candidates"].sum()), "confirmed_pairs": confirmed,
                               "same_text_pairs": edges_total - confirmed, "graph_edges": edges_total,
                               "similarity_histogram": [int(x) for x in hist]}
     return graph, pairs, counts
+
+
+def _tally(d: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per partition of scored pairs: candidates, confirmed, same-text, and the histogram of `column`."""
+    same = d["same"].to_numpy(bool)
+    cand = d[~same]
+    hist = np.histogram(cand[column].to_numpy(np.float64), bins=SIMILARITY_BINS, range=(0.0, 1.0))[0]
+    return pd.DataFrame({"candidates": [len(cand)], "confirmed": [int(cand["confirmed"].sum())],
+                         "same": [int(same.sum())], "hist": [hist]})
 
 
 def matches(pairs: dd.DataFrame, feat: dd.DataFrame, first_indexed: int = frames.NO_INDEX,
@@ -486,9 +527,7 @@ def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.Dat
     """(doc, label) by alternating large-star and small-star with shuffles, until a round leaves the
     edge set unchanged (its checksum, the only thing the client sees). Returns the labels and rounds."""
     k = max(1, npartitions)
-    edges = graph.map_partitions(
-        lambda d: ccstar.normalised(d["left"].to_numpy(np.int64), d["right"].to_numpy(np.int64)),
-        meta=ccstar.EDGE_META).persist()
+    edges = graph.map_partitions(_normalised, meta=ccstar.EDGE_META).persist()
     previous = None
     for rounds in range(1, MAX_STAR_ROUNDS + 1):
         adj = edges.map_partitions(ccstar.both_directions, meta=ccstar.ADJ_META).shuffle(on="u", npartitions=k).persist()
@@ -500,6 +539,10 @@ def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.Dat
         large = adj.map_partitions(ccstar.large_star, meta=ccstar.EDGE_META)
         edges = large.shuffle(on="b", npartitions=k).map_partitions(ccstar.small_star, meta=ccstar.EDGE_META).persist()
     raise RuntimeError(f"Connected components did not converge in {MAX_STAR_ROUNDS} rounds; please report this as a bug.")
+
+
+def _normalised(d: pd.DataFrame) -> pd.DataFrame:
+    return ccstar.normalised(d["left"].to_numpy(np.int64), d["right"].to_numpy(np.int64))
 
 
 # -- roots -----------------------------------------------------------------------------------------
@@ -526,8 +569,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
                                  meta=frames.MEMBER_META.assign(_id=id_meta.iloc[:0]), align_dataframes=False)
     root_meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
     k = max(1, n_new)
-    by_label = _route_by(with_ids, lambda d: frames.label_partition(d["label"].to_numpy(np.int64), k), k, members,
-                         ID_ROW_BYTES)
+    by_label = _route_by(with_ids, partial(_label_part, npartitions=k), k, members, ID_ROW_BYTES)
     by_component = by_label.map_partitions(frames.roots_of_components, first_indexed, meta=root_meta).persist()
     (c,) = compute(by_component.map_partitions(
         frames.component_counts, first_indexed,
