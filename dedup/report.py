@@ -85,6 +85,16 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg"):]
 
 
+def _plain_counts(ax: Any) -> None:
+    """Label a log (or symlog) count axis 1, 10, 1,000 rather than as powers of ten: the default
+    labels are mathtext, whose parser took about half of the client's CPU time drawing the page
+    (0.5 of 0.9 s on 204,000 documents), for axes whose ticks are plain counts."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
     _prefetched()
     import matplotlib
@@ -106,6 +116,7 @@ def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
                       f", {unit})")
         ax.set_ylabel("candidate pairs")
         ax.set_yscale("symlog")
+        _plain_counts(ax)
         ax2 = ax.twinx()
         s = np.linspace(0, 1, 201)
         ax2.plot(s, probability(s, p["num_bands"], p["rows_per_band"]), color="#54a24b",
@@ -121,6 +132,7 @@ def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
         ax.set_xlabel("cluster size (documents)")
         ax.set_ylabel("clusters")
         ax.set_yscale("log")
+        _plain_counts(ax)
         ticks = list(range(0, len(sizes), max(1, len(sizes) // 20)))
         ax.set_xticks(ticks, [str(sizes[i]) for i in ticks])
         out["sizes"] = _svg(fig)
