@@ -218,12 +218,13 @@ def profile_section(src: Path, n: int, workers: int, baselines: Sequence[Path], 
         label = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True,
                                text=True).stdout.strip() or path.name
         builds.append((label, path, cluster))
-    steps = prof.kernels(src)
+    steps, pairs = prof.kernels(src)
     print(f"\n### where the time goes: one core, {n:,} documents (CPU seconds, this build)\n")
     print("| step | CPU s | docs per CPU-second |")
     print("|---|---:|---:|")
     for name, secs in steps.items():
         print(f"| {name} | {secs:.2f} | {n / secs:,.0f} |")
+    print(f"\n{prof.per_pair(steps, pairs)}")
     runs: dict[str, list[tuple[dict[str, float], float]]] = {label: [] for label, _, _ in builds}
     peaks: dict[str, list[int]] = {label: [] for label, _, _ in builds}
     for _ in range(repeats):  # interleaved, so that a slow minute of the machine hits every build
@@ -255,7 +256,7 @@ def profile_section(src: Path, n: int, workers: int, baselines: Sequence[Path], 
     worker_peak = {label: statistics.median(p) for label, p in peaks.items()}
     print("| peak RSS of one worker, or of the process with --threads (MiB) | " +
           " | ".join(f"{p / 2**20:,.0f}" for p in worker_peak.values()) + " |")
-    return {"steps": steps, "stages": stages, "walls": walls, "worker_peak_rss": worker_peak}
+    return {"steps": steps, "minhash_pairs": pairs, "stages": stages, "walls": walls, "worker_peak_rss": worker_peak}
 
 
 def main() -> None:

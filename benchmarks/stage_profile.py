@@ -30,8 +30,9 @@ from corpus import corpus_frame, run_cli, write_corpus  # noqa: E402
 PARTITION = 25_000
 
 
-def kernels(src: Path) -> dict[str, float]:
-    """CPU seconds of each step of the features stage over every partition, in this process."""
+def kernels(src: Path) -> tuple[dict[str, float], int]:
+    """CPU seconds of each step of the features stage over every partition, in this process, and
+    the shingle x permutation pairs the MinHash minimum went through (its ns a pair: `per_pair`)."""
     import pyarrow.parquet as pq
 
     from dedup import _kernels, frames
@@ -50,6 +51,7 @@ def kernels(src: Path) -> dict[str, float]:
     t: dict[str, float] = dict.fromkeys(("read texts", "tokenise", "shingle hashes", "minhash minimum",
                                          "features stage, total", "band keys + long form"), 0.0)
     files = sorted(src.glob("*.parquet"))
+    pairs = 0
     for f in files:
         c = time.process_time()
         table = pq.read_table(f, columns=["id", "text"])
@@ -75,13 +77,20 @@ def kernels(src: Path) -> dict[str, float]:
             out = np.empty((len(offsets) - 1, params.num_perm), dtype=np.uint32)
             _kernels.minhash_rows(h, offsets, a32, b32, out)  # x = h mod P in the kernel
             t["minhash minimum"] += time.process_time() - c
+            pairs += len(h) * params.num_perm
             c = time.process_time()
             feat = frames.features(p, "id", "text", params, None)
             t["features stage, total"] += time.process_time() - c
             c = time.process_time()
             frames.long_form(feat, params)
             t["band keys + long form"] += time.process_time() - c
-    return t
+    return t, pairs
+
+
+def per_pair(steps: dict[str, float], pairs: int) -> str:
+    """The MinHash minimum's nanoseconds a shingle x permutation, as a line under the one-core table."""
+    return (f"MinHash minimum: {1e9 * steps['minhash minimum'] / max(1, pairs):.2f} ns a shingle x permutation "
+            f"({pairs:,} pairs)")
 
 
 def task_stream(src: Path, workers: int, extra: list[str]) -> None:
@@ -143,12 +152,13 @@ def main() -> None:
         src = write_corpus(frame, work / "in", shards=16)
         n = len(frame)
         if not args.job_only:
-            k = kernels(src)
+            k, pairs = kernels(src)
             print(f"\n### {args.label} one core, {n:,} documents (CPU seconds)\n")
             print("| step | CPU s | docs per CPU-second |")
             print("|---|---:|---:|")
             for name, secs in k.items():
                 print(f"| {name} | {secs:.2f} | {n / secs:,.0f} |")
+            print(f"\n{per_pair(k, pairs)}")
         runs = [job(src, args.workers, args.job_args.split()) for _ in range(args.repeats)]
         stages = [s for s in runs[0][0] if s != "total"]
         med = {s: statistics.median(r[0].get(s, 0.0) for r in runs) for s in stages}
