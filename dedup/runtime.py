@@ -54,6 +54,25 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
             Client(cluster) as client:
         log.info("local cluster: %d worker processes; dashboard %s", workers, client.dashboard_link)
         yield client
+        stop_workers(cluster)
+
+
+def stop_workers(cluster: Any) -> None:
+    """End a local cluster's worker processes at once (SIGKILL), once the job using them has
+    finished without an error: closing the cluster then takes 0.04 s, where asking each worker to
+    close, and waiting for it, took 0.6 to 1.2 s after the output was committed. Nothing is lost:
+    the job holds nothing in them any more; each worker leaves its empty lock file in dask's scratch
+    directory, which the next cluster to start there purges. (After an error the cluster closes
+    the ordinary way.)"""
+    import signal
+
+    log.debug("job finished: ending the local cluster's worker processes")
+    for nanny in list(cluster.workers.values()):
+        nanny.auto_restart = False  # the nanny must not start a new worker in its place
+        pid = getattr(getattr(nanny, "process", None), "pid", None)
+        if pid:
+            with contextlib.suppress(OSError):
+                os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
 @contextlib.contextmanager

@@ -43,3 +43,34 @@ def test_local_cluster_workers_are_ready_before_the_first_task() -> None:
         got = client.run(state)
     assert len(got) == 2
     assert all(v == (True, True, EXPECTED_POOL) for v in got.values()), got
+
+
+def _alive(pids: list[int]) -> list[int]:
+    import psutil
+
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def _children() -> set[int]:
+    import psutil
+
+    return set(_alive([c.pid for c in psutil.Process().children(recursive=True)]))
+
+
+def test_local_cluster_ends_its_workers_when_the_job_is_done() -> None:
+    """After a job that finished, the local cluster's worker processes are ended at once (no
+    graceful close, no nanny starting a replacement); after an error the cluster closes the
+    ordinary way. Either way no worker process outlives the block."""
+    import pytest
+
+    before = _children()
+    with dask_client(n_workers=2) as client:
+        pids = list(client.run(os.getpid).values())
+        assert len(_alive(pids)) == 2
+    assert _alive(pids) == []
+    assert _children() <= before, "a worker process was started in place of an ended one"
+
+    with pytest.raises(RuntimeError, match="job failed"), dask_client(n_workers=2) as client:
+        pids = list(client.run(os.getpid).values())
+        raise RuntimeError("job failed")
+    assert _alive(pids) == []
