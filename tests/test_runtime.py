@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pyarrow as pa
+import pytest
 
 from dedup.runtime import dask_client
 
@@ -46,9 +47,17 @@ def test_local_cluster_workers_are_ready_before_the_first_task() -> None:
 
 
 def _alive(pids: list[int]) -> list[int]:
+    """The pids of processes still running (a zombie, or one that ends while asked, is not)."""
     import psutil
 
-    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    out = []
+    for p in pids:
+        try:
+            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def _children() -> set[int]:
@@ -61,8 +70,6 @@ def test_local_cluster_ends_its_workers_when_the_job_is_done() -> None:
     """After a job that finished, the local cluster's worker processes are ended at once (no
     graceful close, no nanny starting a replacement); after an error the cluster closes the
     ordinary way. Either way no worker process outlives the block."""
-    import pytest
-
     before = _children()
     with dask_client(n_workers=2) as client:
         pids = list(client.run(os.getpid).values())
