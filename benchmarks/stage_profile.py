@@ -94,17 +94,19 @@ def per_pair(steps: dict[str, float], pairs: int) -> str:
 
 
 def task_stream(src: Path, workers: int, extra: list[str]) -> None:
-    """The job once more in this process on a LocalCluster, with dask's task stream: seconds of
+    """The job once more in this process on the local cluster `dedup run` starts, with dask's task stream: seconds of
     computing and of moving data, summed per kind of task over both workers, and the idle rest."""
     from collections import defaultdict
 
-    from distributed import Client, LocalCluster, get_task_stream
+    from distributed import get_task_stream
 
     from dedup.pipeline import run
+    from dedup.runtime import dask_client
 
     out = Path(tempfile.mkdtemp(prefix="dedup-profile-")) / "out"
-    with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0", silence_logs=40) as cluster, \
-            Client(cluster) as client:
+    # the cluster `dedup run` starts: its workers load the kernels as they start (a plain
+    # LocalCluster's pay about 1 s for that in their first features task, which is not the job's)
+    with dask_client(n_workers=workers) as client:
         client.run(lambda: None)
         start = time.perf_counter()
         with get_task_stream(client) as ts:
