@@ -29,6 +29,7 @@ from dedup import report as report_page
 from dedup import shards as shards_mod
 from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
 from dedup.decontam import PathLike, ProtectedNgrams
+from dedup.graphs import persist
 from dedup.plan import Plan, Report, Stage, prepare
 from dedup.runtime import active_client, compute, shared
 from dedup.safety import MANIFEST, UsageError
@@ -134,7 +135,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     feat_all, texts = feat, ddf
     if idx_feat is not None:  # persisted once: every use in confirm and roots would redo the concat
         old = idx_feat.partitions[feat.npartitions:].clear_divisions()
-        feat_all = dd.concat([feat, old[list(feat.columns)]]).persist()
+        feat_all = persist(dd.concat([feat, old[list(feat.columns)]]))
         texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
     with Stage(report, "confirm") as stage:
         graph, pairs, conf = stages.confirm(edges, feat_all, texts, text_column=text_column, params=params,
@@ -187,7 +188,7 @@ def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sampl
     report.skipped_existing = count
     found = conflicts[conflicts["kind"] == 1][["doc", "_id"]]
     routed = stages.route(found, "doc", feat.npartitions, rows=count, row_bytes=stages.ID_ROW_BYTES)
-    return dd.map_partitions(frames.mark_skipped, feat, routed, meta=feat._meta, align_dataframes=False).persist()
+    return persist(dd.map_partitions(frames.mark_skipped, feat, routed, meta=feat._meta, align_dataframes=False))
 
 
 def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
-import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
@@ -23,6 +22,7 @@ import pyarrow as pa
 from dedup import ccstar, frames, index
 from dedup.config import Params
 from dedup.decontam import ProtectedNgrams
+from dedup.graphs import gathered, persist
 from dedup.runtime import active_client, compute, shared
 from dedup.text import encode_batch
 from dedup.unionfind import components
@@ -101,11 +101,15 @@ def route_small(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarra
     """`_route_by` through one task: for frames small enough to gather (`SMALL_ROUTE_BYTES`)."""
     meta = frame._meta.copy()
     meta.index = pd.Index([], dtype=np.int64, name="_part")
-    # the collection itself as the argument: Dask concatenates its partitions in one task, and the
-    # graph keeps what it was persisted from (with `to_delayed`, a persisted input was released)
-    pieces = dask.delayed(_split, nout=npartitions)(frame, part_of, npartitions)
-    divisions = tuple(range(npartitions)) + (npartitions - 1,)
-    return dd.from_delayed(list(pieces), meta=meta, divisions=divisions, verify_meta=False)
+    return gathered(frame, partial(_split_parts, part_of=part_of, npartitions=npartitions), npartitions, meta)
+
+
+def _split_parts(parts: Sequence[pd.DataFrame], part_of: Callable[[pd.DataFrame], np.ndarray],
+                 npartitions: int) -> list[pd.DataFrame]:
+    """The rows of every part cut by destination (`_split`); empty parts are left out of the concatenation,
+    as Dask's own does: pandas can give an empty frame's columns other dtypes."""
+    full = [p for p in parts if len(p)]
+    return _split(pd.concat(full) if len(full) > 1 else (full or list(parts))[0], part_of, npartitions)
 
 
 def route(frame: dd.DataFrame, key_column: str, npartitions: int,
@@ -157,7 +161,7 @@ def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
     task is working on.
     """
     if features_dir is None:
-        return feat.persist()
+        return persist(feat)
     import fsspec
 
     n = feat.npartitions
@@ -203,7 +207,7 @@ def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against:
     ranged = _route_by(with_h, partial(_range_part, column="_h", npartitions=k), k, rows, ID_ROW_BYTES)
     id_type = pa.int64() if pd.api.types.is_integer_dtype(keys._meta["_id"].dtype) else pa.string()
     meta = CONFLICT_META.assign(_id=keys._meta["_id"])[["doc", "_id", "kind"]]
-    found = ranged.map_partitions(index.id_conflicts, list(against), k, index_out, id_type, meta=meta).persist()
+    found = persist(ranged.map_partitions(index.id_conflicts, list(against), k, index_out, id_type, meta=meta))
     lazy = (found.map_partitions(_conflicts_by_kind, meta={"repeated": "int64", "existing": "int64"}),
             found.map_partitions(_conflict_sample, meta=meta))
     return found, k, lazy
@@ -336,7 +340,7 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     edges = combined.map_partitions(frames.bucket_edges, params.max_bucket, first_indexed, meta=frames.EDGE_META)
     writes = ranged.map_partitions(_write_band_part, index_out, meta={"bytes": "int64", "rows": "int64"}) \
         if index_out is not None else None
-    edges, idx_feat, writes = dask.persist(edges, idx_feat, writes)  # one pass over the routed rows
+    edges, idx_feat, writes = persist(edges, idx_feat, writes)  # one pass over the routed rows
     # one round trip for every count: the bucket sizes, the band files written, the indexed documents read
     lazy = {"sizes": edges.map_partitions(_approx_sizes, meta={"buckets": "int64", "largest": "int64", "edges": "int64"})}
     if writes is not None:
@@ -389,15 +393,15 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
                                 text_column, params, meta=frames.left_payload_meta(params, id_meta), align_dataframes=False)
     # a left payload row: the pair, the left id and signature (exact Jaccard adds shingle hashes of any length)
     payload_rows = edge_rows if params.confirm == "estimate" else None
-    scored = dd.map_partitions(frames.score_at_right, route(at_left, "right", n, placement, payload_rows,
-                                                            4 * params.num_perm + ID_ROW_BYTES),
-                               feat, src, text_column, params, meta=frames.scored_meta(id_meta),
-                               align_dataframes=False).persist()
+    scored = persist(dd.map_partitions(frames.score_at_right, route(at_left, "right", n, placement, payload_rows,
+                                                                    4 * params.num_perm + ID_ROW_BYTES),
+                                       feat, src, text_column, params, meta=frames.scored_meta(id_meta),
+                                       align_dataframes=False))
     same_local = feat.partitions[:n_new].map_partitions(frames.same_text_pairs_with_ids, meta=frames.PAIR_META.assign(
         left_id=id_meta.iloc[:0], right_id=id_meta.iloc[:0]))
     columns = ["left", "right", "left_id", "right_id", "estimate", "jaccard"]
     ones = {"estimate": np.float32(1.0), "jaccard": np.float32(1.0 if params.confirm == "exact" else np.nan)}
-    pairs = dd.concat([scored[scored["confirmed"]][columns], same_local.assign(**ones)[columns]]).persist()
+    pairs = persist(dd.concat([scored[scored["confirmed"]][columns], same_local.assign(**ones)[columns]]))
     graph = pairs[["left", "right"]]
     column = "jaccard" if params.confirm == "exact" else "estimate"
     (c, s) = compute(scored.map_partitions(_tally, column, meta={"candidates": "int64", "confirmed": "int64",
@@ -527,17 +531,17 @@ def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.Dat
     """(doc, label) by alternating large-star and small-star with shuffles, until a round leaves the
     edge set unchanged (its checksum, the only thing the client sees). Returns the labels and rounds."""
     k = max(1, npartitions)
-    edges = graph.map_partitions(_normalised, meta=ccstar.EDGE_META).persist()
+    edges = persist(graph.map_partitions(_normalised, meta=ccstar.EDGE_META))
     previous = None
     for rounds in range(1, MAX_STAR_ROUNDS + 1):
-        adj = edges.map_partitions(ccstar.both_directions, meta=ccstar.ADJ_META).shuffle(on="u", npartitions=k).persist()
+        adj = persist(edges.map_partitions(ccstar.both_directions, meta=ccstar.ADJ_META).shuffle(on="u", npartitions=k))
         (sums,) = compute(adj.map_partitions(ccstar.checksum, meta=ccstar.CHECKSUM_META))
         state = tuple(int(sums[c].to_numpy(np.uint64).sum(dtype=np.uint64)) for c in ("count", "s1", "s2"))
         if state == previous:
             return edges.map_partitions(ccstar.star_labels, meta=frames.MEMBER_META), rounds
         previous = state
         large = adj.map_partitions(ccstar.large_star, meta=ccstar.EDGE_META)
-        edges = large.shuffle(on="b", npartitions=k).map_partitions(ccstar.small_star, meta=ccstar.EDGE_META).persist()
+        edges = persist(large.shuffle(on="b", npartitions=k).map_partitions(ccstar.small_star, meta=ccstar.EDGE_META))
     raise RuntimeError(f"Connected components did not converge in {MAX_STAR_ROUNDS} rounds; please report this as a bug.")
 
 
@@ -570,7 +574,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     root_meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
     k = max(1, n_new)
     by_label = _route_by(with_ids, partial(_label_part, npartitions=k), k, members, ID_ROW_BYTES)
-    by_component = by_label.map_partitions(frames.roots_of_components, first_indexed, meta=root_meta).persist()
+    by_component = persist(by_label.map_partitions(frames.roots_of_components, first_indexed, meta=root_meta))
     (c,) = compute(by_component.map_partitions(
         frames.component_counts, first_indexed,
         meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64"}))

@@ -30,11 +30,12 @@ def bigger_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_shards(frame, tmp_path_factory.mktemp("bigger") / "in", 6)
 
 
-@pytest.mark.parametrize("task", ["shuffle", "_split"])
+@pytest.mark.parametrize("task", ["shuffle", "cut-gathered"])
 def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, tmp_path: Path, task: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker killed while it runs a shuffle task (every route a shuffle), or the one task of a small
-    route (`stages.route_small`): the job retries and writes what an undisturbed run writes."""
+    route that gathers and cuts (`stages.route_small`, `dedup.graphs.gathered`): the job retries and
+    writes what an undisturbed run writes."""
     from distributed import Client, LocalCluster
 
     from dedup import stages

@@ -1,0 +1,80 @@
+"""dedup.graphs: persisted frames that later graphs run no task for, and one-task gathering."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+
+from dedup.graphs import Persisted, gathered, persist
+
+
+def _double(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(v=d["v"] * 2)
+
+
+def _plus_one(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(v=d["v"] + 1)
+
+
+def _frame() -> dd.DataFrame:
+    pdf = pd.DataFrame({"k": np.arange(40, dtype=np.int64), "v": np.arange(40, dtype=np.int64) * 3})
+    return dd.from_pandas(pdf, npartitions=4, sort=False).map_partitions(_double)
+
+
+def _task_prefixes(events: list[dict]) -> list[str]:
+    return [(t["key"][0] if isinstance(t["key"], tuple) else str(t["key"])).rsplit("-", 1)[0] for t in events]
+
+
+def test_a_persisted_frame_is_its_results_and_later_graphs_run_no_task_for_it(client) -> None:
+    from distributed import Future, get_task_stream
+
+    frame = _frame()
+    want = frame.compute().assign(v=lambda d: d["v"] + 1)
+    held = persist(frame)
+    assert isinstance(held.expr, Persisted)
+    graph = dict(held.__dask_graph__())
+    assert len(graph) == 4 and all(isinstance(v, Future) for v in graph.values())
+    assert sorted(graph) == sorted(held.__dask_keys__())
+    with get_task_stream(client) as ts:
+        got = held.map_partitions(_plus_one).compute()
+    pd.testing.assert_frame_equal(got, want)
+    ours = _task_prefixes(ts.data)  # the 4 partitions' tasks and the concatenation: none for `held`
+    assert ours.count("_plus_one") == 4 and len(ours) == 5
+    # Dask's own persisted frame runs an alias task for each partition in every later computation
+    with get_task_stream(client) as ts:
+        frame.persist().map_partitions(_plus_one).compute()
+    assert len(ts.data) == len(ours) + 4
+
+
+def test_several_collections_and_none_pass_through_in_order(client) -> None:
+    a, none, b = persist(_frame(), None, _frame().map_partitions(_plus_one))
+    assert none is None and isinstance(a.expr, Persisted) and isinstance(b.expr, Persisted)
+    pd.testing.assert_frame_equal(b.compute(), a.compute().assign(v=lambda d: d["v"] + 1))
+
+
+def test_without_a_client_dask_persists_as_usual() -> None:
+    with dask.config.set(scheduler="sync"):
+        held = persist(_frame())
+        assert not isinstance(held.expr, Persisted)
+        pd.testing.assert_frame_equal(held.compute(), _frame().compute(scheduler="sync"))
+
+
+def _cut(parts: list[pd.DataFrame], n: int) -> list[pd.DataFrame]:
+    whole = pd.concat(parts)
+    return [whole[whole["k"] % n == i] for i in range(n)]
+
+
+def test_gathered_is_one_task_that_cuts_and_one_task_a_piece() -> None:
+    frame = _frame()
+    out = gathered(frame, partial(_cut, n=3), 3, frame._meta)
+    assert out.npartitions == 3
+    own = set(out.__dask_graph__()) - set(frame.__dask_graph__())
+    assert len(own) == 3 + 1
+    got = dask.compute(*out.to_delayed(), scheduler="sync")
+    whole = frame.compute(scheduler="sync")
+    for i, part in enumerate(got):
+        pd.testing.assert_frame_equal(part, whole[whole["k"] % 3 == i])
