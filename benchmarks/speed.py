@@ -256,6 +256,8 @@ def profile_section(src: Path, n: int, workers: int, baselines: Sequence[Path], 
     worker_peak = {label: statistics.median(p) for label, p in peaks.items()}
     print("| peak RSS of one worker, or of the process with --threads (MiB) | " +
           " | ".join(f"{p / 2**20:,.0f}" for p in worker_peak.values()) + " |")
+    quiet()
+    prof.task_stream(src, workers, [])  # this build: per stage, tasks, the workers' busy share, each side's CPU
     return {"steps": steps, "minhash_pairs": pairs, "stages": stages, "walls": walls, "worker_peak_rss": worker_peak}
 
 

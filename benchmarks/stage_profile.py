@@ -11,6 +11,10 @@
    from the manifest (median), the job's time (the sum of its stages), the rest of the wall
    time (interpreter, imports, cluster start, planning), and documents per CPU-second of job time
    (documents / (workers x job seconds)).
+3. With --task-stream, the job once more in this process with Dask's task stream: per stage, the
+   tasks it ran, the share of the workers' time they filled, the CPU seconds of the client with
+   the scheduler (which share the cores with the workers) and of the workers; then the workers'
+   seconds by kind of task.
 """
 
 from __future__ import annotations
@@ -94,33 +98,98 @@ def per_pair(steps: dict[str, float], pairs: int) -> str:
 
 
 def task_stream(src: Path, workers: int, extra: list[str]) -> None:
-    """The job once more in this process on the local cluster `dedup run` starts, with dask's task stream: seconds of
-    computing and of moving data, summed per kind of task over both workers, and the idle rest."""
+    """The job once more in this process on the local cluster `dedup run` starts, with dask's task
+    stream: per stage (its window from the stage's own log line), the tasks run, the share of the
+    workers' time they filled, and the CPU seconds of this process (client and scheduler, which
+    share the machine's cores with the workers) and of the workers; then the workers' seconds per
+    kind of task over the whole job."""
+    import logging
+    import threading
     from collections import defaultdict
 
+    import psutil
     from distributed import get_task_stream
 
     from dedup.pipeline import run
     from dedup.runtime import dask_client
 
+    ends: list[tuple[str, float, float]] = []  # (stage, end, seconds), from Stage's log line
+
+    class StageEnds(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.msg == "%s: %s (%.1f s)" and isinstance(record.args, tuple):
+                ends.append((str(record.args[0]), record.created, float(record.args[2])))
+
+    handler = StageEnds(logging.INFO)
+    plan_log = logging.getLogger("dedup")
+    level = plan_log.level
+    plan_log.addHandler(handler)
+    plan_log.setLevel(logging.INFO)
+    me = psutil.Process()
+    cpu: list[tuple[float, float, float]] = []  # (time, this process's CPU s, the workers' CPU s)
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.is_set():
+            kids = 0.0
+            for c in me.children(recursive=True):
+                try:
+                    kids += sum(c.cpu_times()[:2])
+                except psutil.Error:
+                    pass
+            cpu.append((time.time(), sum(me.cpu_times()[:2]), kids))
+            sampling.wait(0.05)
+
     out = Path(tempfile.mkdtemp(prefix="dedup-profile-")) / "out"
-    # the cluster `dedup run` starts: its workers load the kernels as they start (a plain
-    # LocalCluster's pay about 1 s for that in their first features task, which is not the job's)
-    with dask_client(n_workers=workers) as client:
-        client.run(lambda: None)
-        start = time.perf_counter()
-        with get_task_stream(client) as ts:
-            run(str(src), str(out), write_report="--no-report" not in extra, write_index="--no-index" not in extra)
-        wall = time.perf_counter() - start
-    shutil.rmtree(out.parent, ignore_errors=True)
+    try:
+        # the cluster `dedup run` starts: its workers load the kernels as they start (a plain
+        # LocalCluster's pay about 1 s for that in their first features task, which is not the job's)
+        with dask_client(n_workers=workers) as client:
+            client.run(int)
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            start = time.time()
+            with get_task_stream(client) as ts:
+                run(str(src), str(out), write_report="--no-report" not in extra, write_index="--no-index" not in extra)
+            wall = time.time() - start
+            sampling.set()
+            sampler.join()
+    finally:
+        plan_log.removeHandler(handler)
+        plan_log.setLevel(level)
+        shutil.rmtree(out.parent, ignore_errors=True)
+
+    def cpu_at(t: float) -> tuple[float, float]:
+        near = min(cpu, key=lambda c: abs(c[0] - t))
+        return near[1], near[2]
+
+    windows = [(name, end - secs, end) for name, end, secs in ends]
     busy: dict[tuple[str, str], float] = defaultdict(float)
+    per_stage: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    tasks: dict[str, int] = defaultdict(int)
     for t in ts.data:
         name = t["key"][0] if isinstance(t["key"], tuple) else str(t["key"])
         prefix = name.rsplit("-", 1)[0] if "-" in name else name
         for ss in t["startstops"]:
-            busy[(prefix, ss["action"])] += ss["stop"] - ss["start"]
+            secs = ss["stop"] - ss["start"]
+            busy[(prefix, ss["action"])] += secs
+            mid = (ss["start"] + ss["stop"]) / 2
+            stage = next((w[0] for w in windows if w[1] <= mid < w[2]), "(between stages)")
+            per_stage[stage][prefix] += secs
+            if ss["action"] == "compute":
+                tasks[stage] += 1
+    print(f"\n### where the workers' time goes, per stage (task stream, {workers} workers, {wall:.1f} s wall)\n")
+    print("| stage | seconds | tasks | workers busy | CPU s, client + scheduler | CPU s, workers | "
+          "largest kinds of task (worker seconds) |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for name, a, b in windows:
+        (m0, w0), (m1, w1) = cpu_at(a), cpu_at(b)
+        kinds = sorted(per_stage[name].items(), key=lambda kv: -kv[1])[:3]
+        filled = sum(per_stage[name].values()) / (workers * (b - a)) if b > a else 0.0
+        print(f"| {name} | {b - a:.2f} | {tasks[name]} | {100 * filled:.0f}% | {m1 - m0:.2f} | {w1 - w0:.2f} | "
+              + ", ".join(f"{k[:40]} {v:.2f}" for k, v in kinds) + " |")
     total = sum(busy.values())
-    print(f"\n### where the workers' time goes (task stream, {workers} workers, {wall:.1f} s wall)\n")
+    print(f"\n{sum(tasks.values())} tasks; by kind over the whole job:\n")
     print("| task prefix | action | seconds | share of worker time |")
     print("|---|---|---:|---:|")
     for (prefix, action), secs in sorted(busy.items(), key=lambda kv: -kv[1])[:18]:
