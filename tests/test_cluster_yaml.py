@@ -104,3 +104,17 @@ def test_workers_are_configured_for_the_pipeline(cluster: dict[str, Any]) -> Non
     assert {p["name"]: p["containerPort"] for p in sched["ports"]} == {"tcp-comm": 8786, "http-dashboard": 8787}
     assert sched["readinessProbe"]["httpGet"]["path"] == "/health" == sched["livenessProbe"]["httpGet"]["path"]
     assert cluster["spec"]["scheduler"]["service"]["selector"]["dask.org/component"] == "scheduler"
+
+
+def test_workers_get_the_malloc_settings_of_local_workers(cluster: dict[str, Any]) -> None:
+    import dask
+    import distributed  # noqa: F401  (its defaults: the pre-spawn environment the variable is merged into)
+
+    from dedup.runtime import MALLOC_ENVIRON
+
+    [worker] = [c for c in cluster["spec"]["worker"]["spec"]["containers"] if c["name"] == "worker"]
+    env = {e["name"]: e["value"] for e in worker["env"] if e["name"].startswith("DASK_")}
+    merged = dask.config.merge(dask.config.config, dask.config.collect_env(env))  # as Dask reads it in the pod
+    environ = merged["distributed"]["nanny"]["pre-spawn-environ"]
+    assert {k: environ[k] for k in MALLOC_ENVIRON} == MALLOC_ENVIRON
+    assert environ["OMP_NUM_THREADS"] == 1  # Dask's own settings stay

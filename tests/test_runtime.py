@@ -9,7 +9,7 @@ import sys
 import pyarrow as pa
 import pytest
 
-from dedup.runtime import dask_client
+from dedup.runtime import MALLOC_ENVIRON, dask_client
 
 POOL = "import dedup.runtime as r; print(r.arrow_memory_pool())"
 EXPECTED_POOL = "jemalloc" if "jemalloc" in pa.supported_memory_backends() else pa.default_memory_pool().backend_name
@@ -44,6 +44,21 @@ def test_local_cluster_workers_are_ready_before_the_first_task() -> None:
         got = client.run(state)
     assert len(got) == 2
     assert all(v == (True, True, EXPECTED_POOL) for v in got.values()), got
+
+
+def _malloc_environ() -> dict[str, str | None]:
+    return {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "OMP_NUM_THREADS")}
+
+
+def test_local_workers_get_the_malloc_settings_and_the_users_own_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")  # the user's choice
+    with dask_client(n_workers=2) as client:
+        got = client.run(_malloc_environ)
+    assert len(got) == 2
+    want = {"MALLOC_TRIM_THRESHOLD_": "131072", "MALLOC_MMAP_THRESHOLD_": str(MALLOC_ENVIRON["MALLOC_MMAP_THRESHOLD_"]),
+            "OMP_NUM_THREADS": "1"}  # Dask's own settings stay
+    assert all(v == want for v in got.values()), got
 
 
 def _alive(pids: list[int]) -> list[int]:
