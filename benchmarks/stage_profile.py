@@ -111,20 +111,21 @@ def task_stream(src: Path, workers: int, extra: list[str]) -> None:
     from distributed import get_task_stream
 
     from dedup.pipeline import run
+    from dedup.plan import STAGE_LINE
     from dedup.runtime import dask_client
 
     ends: list[tuple[str, float, float]] = []  # (stage, end, seconds), from Stage's log line
 
     class StageEnds(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            if record.msg == "%s: %s (%.1f s)" and isinstance(record.args, tuple):
+            if record.msg == STAGE_LINE and isinstance(record.args, tuple):
                 ends.append((str(record.args[0]), record.created, float(record.args[2])))
 
     handler = StageEnds(logging.INFO)
-    plan_log = logging.getLogger("dedup")
-    level = plan_log.level
-    plan_log.addHandler(handler)
-    plan_log.setLevel(logging.INFO)
+    dedup_log = logging.getLogger("dedup")
+    level = dedup_log.level
+    dedup_log.addHandler(handler)
+    dedup_log.setLevel(logging.INFO)
     me = psutil.Process()
     cpu: list[tuple[float, float, float]] = []  # (time, this process's CPU s, the workers' CPU s)
     sampling = threading.Event()
@@ -155,8 +156,8 @@ def task_stream(src: Path, workers: int, extra: list[str]) -> None:
             sampling.set()
             sampler.join()
     finally:
-        plan_log.removeHandler(handler)
-        plan_log.setLevel(level)
+        dedup_log.removeHandler(handler)
+        dedup_log.setLevel(level)
         shutil.rmtree(out.parent, ignore_errors=True)
 
     def cpu_at(t: float) -> tuple[float, float]:

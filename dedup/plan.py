@@ -57,6 +57,10 @@ class Report:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+STAGE_LINE = "%s: %s (%.1f s)"
+"""The line each stage logs as it ends: its name, what it did, its seconds (`Stage`)."""
+
+
 class Stage:
     """Times one stage into the report and logs one line for it: what it did, and its seconds."""
 
@@ -76,7 +80,7 @@ class Stage:
         secs = time.perf_counter() - self.start
         self.report.seconds[self.name] = round(self.report.seconds.get(self.name, 0.0) + secs, 3)
         if exc_type is None:
-            log.info("%s: %s (%.1f s)", self.name, self.summary or "done", secs)
+            log.info(STAGE_LINE, self.name, self.summary or "done", secs)
 
 
 @dataclass
