@@ -476,13 +476,22 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
                          "confirmed": confirmed})
 
 
-def pair_directions(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Each pair (with both ids) as two rows: (doc, matched id) both ways, with its similarities."""
+def pair_directions(pairs: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:
+    """Each pair (with both ids) as two rows: (doc, matched id) both ways, with its similarities;
+    only the rows of this run's documents (keys below `first_indexed`)."""
     left, right = pairs["left"].to_numpy(np.int64), pairs["right"].to_numpy(np.int64)
     est, jac = pairs["estimate"].to_numpy(np.float32), pairs["jaccard"].to_numpy(np.float32)
     lid, rid = pairs["left_id"].to_numpy(), pairs["right_id"].to_numpy()
-    return pd.DataFrame({"doc": np.concatenate([left, right]), "matched": np.concatenate([rid, lid]),
+    both = pd.DataFrame({"doc": np.concatenate([left, right]), "matched": np.concatenate([rid, lid]),
                          "estimate": np.concatenate([est, est]), "jaccard": np.concatenate([jac, jac])})
+    return own_documents(both, first_indexed)
+
+
+def own_documents(rows: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:
+    """The rows whose `doc` is one of this run's documents: all of them without an earlier index."""
+    if first_indexed >= NO_INDEX:
+        return rows
+    return rows[rows["doc"].to_numpy(np.int64) < first_indexed]
 
 
 def match_meta(id_meta: pd.Series) -> pd.DataFrame:

@@ -539,17 +539,17 @@ def execute(plan: Plan) -> dict[str, Any]:
                 layout = shared((groups, plan.schema))
                 # the shards, the removed list and the page's summaries: one round trip
                 lazy: dict[str, dd.DataFrame] = {}
+                # each task takes the persisted features whole and reads the columns it needs: a
+                # projection of them would be a task of its own a partition
                 if not plan.dry_run:
-                    columns = ["doc", "source", "_id"] + (["tkey", "tkey2", frames.SIG]
-                                                          if write_index else [])
                     lazy["shards"] = dd.map_partitions(
-                        _write_group, decided.feat[columns], decided.roots, layout, plan.id_column,
+                        _write_group, decided.feat, decided.roots, layout, plan.id_column,
                         plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
                         meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64"}, align_dataframes=False)
                 if plan.write_report:
                     prot = shared(plan.protected) if plan.protected is not None else None
                     lazy["removed"] = dd.map_partitions(
-                        _write_removed, decided.feat[["doc", "source", "source_gram", "_id"]], decided.roots,
+                        _write_removed, decided.feat, decided.roots,
                         decided.matches, layout, plan.id_column, prot, staging.url, meta={"rows": "int64"},
                         align_dataframes=False)
                     lazy.update(_summaries(decided, report, plan.protected))

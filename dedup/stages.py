@@ -397,7 +397,8 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
                                                                     4 * params.num_perm + ID_ROW_BYTES),
                                        feat, src, text_column, params, meta=frames.scored_meta(id_meta),
                                        align_dataframes=False))
-    same_local = feat.partitions[:n_new].map_partitions(frames.same_text_pairs_with_ids, meta=frames.PAIR_META.assign(
+    new_feat = feat if n_new == n else feat.partitions[:n_new]  # (selecting partitions adds a task each)
+    same_local = new_feat.map_partitions(frames.same_text_pairs_with_ids, meta=frames.PAIR_META.assign(
         left_id=id_meta.iloc[:0], right_id=id_meta.iloc[:0]))
     columns = ["left", "right", "left_id", "right_id", "estimate", "jaccard"]
     ones = {"estimate": np.float32(1.0), "jaccard": np.float32(1.0 if params.confirm == "exact" else np.nan)}
@@ -431,8 +432,7 @@ def matches(pairs: dd.DataFrame, feat: dd.DataFrame, first_indexed: int = frames
     routed to the document's own partition (for the report). Choices depend on ids, never on keys.
     `pair_rows`: the pairs' rows, when known (twice as many rows are routed)."""
     meta = frames.match_meta(feat._meta["_id"])
-    both = pairs.map_partitions(frames.pair_directions, meta=meta)
-    both = both[both["doc"] < first_indexed]
+    both = pairs.map_partitions(frames.pair_directions, first_indexed, meta=meta)
     rows = 2 * pair_rows if pair_rows is not None else None
     return route(both, "doc", feat.npartitions, rows=rows, row_bytes=ID_ROW_BYTES).map_partitions(
         frames.closest_match, meta=meta)
@@ -580,7 +580,8 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
         meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64"}))
     counts = {k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")}
     counts["largest"] = int(c["largest"].max())
-    own = by_component[by_component["doc"] < first_indexed]
+    own = by_component if first_indexed >= frames.NO_INDEX else \
+        by_component.map_partitions(frames.own_documents, first_indexed, meta=root_meta)
     return route(own, "doc", n_new, rows=counts["members"], row_bytes=2 * ID_ROW_BYTES), by_component, counts
 
 
