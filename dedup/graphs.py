@@ -11,6 +11,8 @@ and every dependency between tasks adds a round trip.
 - `gathered`: a small frame's rows gathered by one task and cut into pieces, one per output
   partition, with one task a partition; `dask.delayed(nout=)` with `dd.from_delayed` made three
   (the piece, a container and the partition).
+- `shuffled`: rows moved to the partition a column of theirs names, by dask's `Shuffle` (p2p on a
+  cluster, tasks in one process), the step its hash shuffles and `set_index` end with.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import dask.dataframe as dd
 import pandas as pd
 from dask.dataframe.dask_expr import new_collection
 from dask.dataframe.dask_expr._expr import Expr
+from dask.dataframe.dask_expr._shuffle import Shuffle
 from dask.dataframe.dask_expr.io.io import FromGraph
 
 
@@ -115,3 +118,10 @@ def gathered(frame: dd.DataFrame, cut: Callable[[Sequence[pd.DataFrame]], list[p
     """A frame of `npartitions` partitions (divisions 0 .. npartitions - 1): one task runs `cut` on the list
     of `frame`'s partitions, and partition i is the i-th frame it returns."""
     return new_collection(Gathered(frame.expr, cut, npartitions, meta))
+
+
+def shuffled(frame: dd.DataFrame, column: str, npartitions: int) -> dd.DataFrame:
+    """`frame`'s rows moved to the partition their integer `column` names (0 .. npartitions - 1), by the
+    configured shuffle method; the index is not kept. A p2p shuffle drops `column`, a task shuffle
+    keeps it: select the columns wanted afterwards."""
+    return new_collection(Shuffle(frame.expr, column, npartitions, True))

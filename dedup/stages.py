@@ -22,7 +22,7 @@ import pyarrow as pa
 from dedup import ccstar, frames, index
 from dedup.config import Params
 from dedup.decontam import ProtectedNgrams
-from dedup.graphs import gathered, persist
+from dedup.graphs import gathered, persist, shuffled
 from dedup.runtime import active_client, compute, shared
 from dedup.text import encode_batch
 from dedup.unionfind import components
@@ -47,23 +47,30 @@ ID_ROW_BYTES = 80
 
 def _route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int,
               rows: int | None = None, row_bytes: int = 64) -> dd.DataFrame:
-    """Partition i of the result holds the rows `part_of` sends to i, indexed by `_part`; the order
-    of rows inside a partition is unspecified (every consumer sorts or groups). `rows`: an upper
-    bound on the frame's rows, when known, so that a small frame takes `route_small`."""
+    """Partition i of the result holds the rows `part_of` sends to i; their index and their order
+    inside a partition are unspecified (every consumer sorts or groups). `rows`: an upper bound on
+    the frame's rows, when known, so that a small frame takes `route_small`.
+
+    A shuffle on the destination column itself (dask's own `Shuffle`, which its hash shuffles and
+    `set_index` build on): `set_index` on the destination, as before, added three tasks a partition
+    (a lookup of the destination in the divisions, the new index, a sort of every partition by it)."""
     if rows is not None and rows * row_bytes <= SMALL_ROUTE_BYTES:
         return route_small(frame, part_of, npartitions)
-    meta = frame._meta.assign(_part=pd.Series(dtype=np.int64))
+    meta = frame._meta.assign(**{PART: pd.Series(dtype=np.int64)})
     with_part = frame.map_partitions(_with_part, part_of, meta=meta)
-    divisions = list(range(npartitions)) + [npartitions - 1]
-    return with_part.set_index("_part", divisions=divisions, sorted=False)
+    return shuffled(with_part, PART, npartitions)[list(frame.columns)]
 
 
 # The functions tasks run are module-level (with `functools.partial` for their parameters), never
 # lambdas or closures: those are pickled by value, once per task, by the client and again by the
 # scheduler (about 0.6 ms each, after a failed plain pickle), where a module function is a name.
 
+PART = "_partitions"
+"""The column holding each row's destination partition while it is routed (the name dask's shuffles use)."""
+
+
 def _with_part(frame: pd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray]) -> pd.DataFrame:
-    return frame.assign(_part=part_of(frame))
+    return frame.assign(**{PART: part_of(frame)})
 
 
 def _placed_part(frame: pd.DataFrame, key_column: str, placement: frames.Placement) -> np.ndarray:
@@ -90,8 +97,7 @@ def _split(frame: pd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], n
     frame = frame.reset_index(drop=True)
     dest = np.asarray(part_of(frame), dtype=np.int64) if len(frame) else np.zeros(0, np.int64)
     order = np.argsort(dest, kind="stable")
-    frame = frame.take(order)
-    frame.index = pd.Index(dest[order], name="_part")
+    frame = frame.take(order).reset_index(drop=True)
     bounds = np.searchsorted(dest[order], np.arange(npartitions + 1))
     return [frame.iloc[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
@@ -99,8 +105,7 @@ def _split(frame: pd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], n
 def route_small(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray],
                 npartitions: int) -> dd.DataFrame:
     """`_route_by` through one task: for frames small enough to gather (`SMALL_ROUTE_BYTES`)."""
-    meta = frame._meta.copy()
-    meta.index = pd.Index([], dtype=np.int64, name="_part")
+    meta = frame._meta.reset_index(drop=True)
     return gathered(frame, partial(_split_parts, part_of=part_of, npartitions=npartitions), npartitions, meta)
 
 
