@@ -396,6 +396,24 @@ def same_text_pairs_with_ids(feat: pd.DataFrame) -> pd.DataFrame:
                         right_id=_ids_at(feat, pairs["right"].to_numpy(np.int64)))
 
 
+GRAPH_COLUMNS = ["left", "right", "left_id", "right_id", "estimate", "jaccard"]
+"""A confirmed pair: both keys, both ids, its signature estimate and exact Jaccard (NaN unless exact)."""
+
+
+def graph_pairs(scored: pd.DataFrame, feat: pd.DataFrame, n_new: int, exact: bool,
+                partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One partition's confirmed pairs (`GRAPH_COLUMNS`): its scored pairs that were confirmed, then, on a
+    partition of this run's documents (below `n_new`), the same-text pairs inside it, with similarity 1.
+    One task a partition, where a concatenation of the two frames made two (and a partition each)."""
+    confirmed = scored[scored["confirmed"].to_numpy(bool)][GRAPH_COLUMNS]
+    if partition_info is None or partition_info["number"] >= n_new:
+        return confirmed.reset_index(drop=True)
+    same = same_text_pairs_with_ids(feat).assign(estimate=np.float32(1.0),
+                                                 jaccard=np.float32(1.0 if exact else np.nan))[GRAPH_COLUMNS]
+    full = [f for f in (confirmed, same) if len(f)]  # an empty frame's columns may have other dtypes
+    return pd.concat(full, ignore_index=True) if len(full) > 1 else (full or [confirmed])[0].reset_index(drop=True)
+
+
 def shingle_sets(texts: list[str | None], shingle_size: int,
                  unit: str = "word") -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
     """Each text's distinct shingles as sorted FNV-1a 64 hashes: (values, offsets [n + 1]).

@@ -402,12 +402,8 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
                                                                     4 * params.num_perm + ID_ROW_BYTES),
                                        feat, src, text_column, params, meta=frames.scored_meta(id_meta),
                                        align_dataframes=False))
-    new_feat = feat if n_new == n else feat.partitions[:n_new]  # (selecting partitions adds a task each)
-    same_local = new_feat.map_partitions(frames.same_text_pairs_with_ids, meta=frames.PAIR_META.assign(
-        left_id=id_meta.iloc[:0], right_id=id_meta.iloc[:0]))
-    columns = ["left", "right", "left_id", "right_id", "estimate", "jaccard"]
-    ones = {"estimate": np.float32(1.0), "jaccard": np.float32(1.0 if params.confirm == "exact" else np.nan)}
-    pairs = persist(dd.concat([scored[scored["confirmed"]][columns], same_local.assign(**ones)[columns]]))
+    pairs = persist(dd.map_partitions(frames.graph_pairs, scored, feat, n_new, params.confirm == "exact",
+                                      meta=scored._meta[frames.GRAPH_COLUMNS], align_dataframes=False))
     graph = pairs[["left", "right"]]
     column = "jaccard" if params.confirm == "exact" else "estimate"
     (c, s) = compute(scored.map_partitions(_tally, column, meta={"candidates": "int64", "confirmed": "int64",
