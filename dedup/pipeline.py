@@ -515,8 +515,6 @@ def cluster_type(schema: pa.Schema, id_column: str) -> pa.DataType:
 def execute(plan: Plan) -> dict[str, Any]:
     """Run a prepared job on the active client (or the local scheduler) and commit OUTPUT; the manifest."""
     report, params, staging = plan.report, plan.params, plan.staging
-    if plan.write_report:
-        report_page.prefetch()
     try:
         if plan.shards:
             groups = [[plan.shards[i] for i in g] for g in plan.groups]

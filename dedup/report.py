@@ -12,7 +12,6 @@ from __future__ import annotations
 import html
 import io
 import logging
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +20,6 @@ import numpy as np
 from dedup.lsh import probability
 
 log = logging.getLogger("dedup")
-_PREFETCH: threading.Thread | None = None
 
 DISPLAY_CHARS = 1200
 """Characters of a document shown in the report."""
@@ -46,35 +44,6 @@ class Extras:
     record_examples: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
-def prefetch() -> None:
-    """Get the client ready to write the page in a background thread while the cluster works:
-    import matplotlib and draw a figure with text once (fonts load on the first draw)."""
-    global _PREFETCH
-
-    def load() -> None:
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-
-            fig, ax = plt.subplots(figsize=(1, 1))
-            ax.set_xlabel("warm up")
-            _svg(fig)
-        except Exception as exc:  # the page is drawn without it; a real problem shows there
-            log.debug("report prefetch failed: %s", exc)
-
-    if _PREFETCH is None or not _PREFETCH.is_alive():
-        _PREFETCH = threading.Thread(target=load, name="dedup-report-prefetch", daemon=True)
-        _PREFETCH.start()
-
-
-def _prefetched() -> None:
-    """Wait for a running prefetch: pyplot is not thread-safe."""
-    if _PREFETCH is not None:
-        _PREFETCH.join()
-
-
 def _svg(fig: Any) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
@@ -96,7 +65,9 @@ def _plain_counts(ax: Any) -> None:
 
 
 def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
-    _prefetched()
+    # imported here, when the page is drawn: importing it in a thread while the job ran (to have it
+    # ready) held the GIL the scheduler in this process needs, and the features stage took about a
+    # third longer (README, Performance)
     import matplotlib
 
     matplotlib.use("Agg")

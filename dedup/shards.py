@@ -244,7 +244,8 @@ def read_rows(path: str, rows: Sequence[int], column: str) -> list[Any]:
         at = np.asarray(rows, dtype=np.int64)
         group = np.searchsorted(starts, at, side="right") - 1
         wanted = np.unique(group)
-        table = pf.read_row_groups(wanted.tolist(), columns=[column], use_pandas_metadata=False)
+        table = pf.read_row_groups(wanted.tolist(), columns=[column], use_pandas_metadata=False,
+                                    use_threads=False)  # as `read_table`
     # a row's position among the rows of the groups read: the rows of the groups read before its own
     before = np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64)[wanted])])
     pos = before[np.searchsorted(wanted, group)] + at - starts[group]

@@ -187,8 +187,8 @@ def _read_features(path: str) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
     with fsspec.open(path, "rb") as fh:
-        table = pq.read_table(fh)
-    return table.to_pandas(types_mapper={pa.large_binary(): pd.ArrowDtype(pa.large_binary())}.get)
+        table = pq.read_table(fh, use_threads=False)  # on the task's thread, as `shards.read_table`
+    return table.to_pandas(types_mapper={pa.large_binary(): pd.ArrowDtype(pa.large_binary())}.get, use_threads=False)
 
 
 CONFLICT_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "kind": pd.Series(dtype=np.int8)})
@@ -521,7 +521,7 @@ def _read_labels(where: tuple[str, int] | None) -> pd.DataFrame:
 
     path, group = where
     with fsspec.open(path, "rb") as fh:
-        return pq.ParquetFile(fh).read_row_group(group).to_pandas()
+        return pq.ParquetFile(fh).read_row_group(group, use_threads=False).to_pandas(use_threads=False)
 
 
 def _piece(piece: pd.DataFrame) -> pd.DataFrame:
