@@ -45,6 +45,10 @@ ID_ROW_BYTES = 80
 """The estimate of a routed row holding a document key and an id (a string id of about 50 bytes)."""
 
 
+PART = "_partitions"
+"""The column holding each row's destination partition while it is routed (the name dask's shuffles use)."""
+
+
 def _route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int,
               rows: int | None = None, row_bytes: int = 64) -> dd.DataFrame:
     """Partition i of the result holds the rows `part_of` sends to i; their index and their order
@@ -64,10 +68,6 @@ def _route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray]
 # The functions tasks run are module-level (with `functools.partial` for their parameters), never
 # lambdas or closures: those are pickled by value, once per task, by the client and again by the
 # scheduler (about 0.6 ms each, after a failed plain pickle), where a module function is a name.
-
-PART = "_partitions"
-"""The column holding each row's destination partition while it is routed (the name dask's shuffles use)."""
-
 
 def _with_part(frame: pd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray]) -> pd.DataFrame:
     return frame.assign(**{PART: part_of(frame)})
