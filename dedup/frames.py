@@ -7,6 +7,7 @@ columns: those break p2p shuffles and Parquet round trips in current pandas/pyar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -410,8 +411,14 @@ def graph_pairs(scored: pd.DataFrame, feat: pd.DataFrame, n_new: int, exact: boo
         return confirmed.reset_index(drop=True)
     same = same_text_pairs_with_ids(feat).assign(estimate=np.float32(1.0),
                                                  jaccard=np.float32(1.0 if exact else np.nan))[GRAPH_COLUMNS]
-    full = [f for f in (confirmed, same) if len(f)]  # an empty frame's columns may have other dtypes
-    return pd.concat(full, ignore_index=True) if len(full) > 1 else (full or [confirmed])[0].reset_index(drop=True)
+    return concat_rows([confirmed, same])
+
+
+def concat_rows(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """The rows of `parts` (at least one) in order, with a fresh index. Empty parts are left out, as
+    Dask's own concatenation does: pandas can give an empty frame's columns other dtypes."""
+    full = [p for p in parts if len(p)] or [parts[0]]
+    return pd.concat(full, ignore_index=True) if len(full) > 1 else full[0].reset_index(drop=True)
 
 
 def shingle_sets(texts: list[str | None], shingle_size: int,

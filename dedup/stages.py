@@ -111,10 +111,8 @@ def route_small(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarra
 
 def _split_parts(parts: Sequence[pd.DataFrame], part_of: Callable[[pd.DataFrame], np.ndarray],
                  npartitions: int) -> list[pd.DataFrame]:
-    """The rows of every part cut by destination (`_split`); empty parts are left out of the concatenation,
-    as Dask's own does: pandas can give an empty frame's columns other dtypes."""
-    full = [p for p in parts if len(p)]
-    return _split(pd.concat(full) if len(full) > 1 else (full or list(parts))[0], part_of, npartitions)
+    """The rows of every part (`frames.concat_rows`) cut by destination (`_split`)."""
+    return _split(frames.concat_rows(parts), part_of, npartitions)
 
 
 def route(frame: dd.DataFrame, key_column: str, npartitions: int,
