@@ -11,6 +11,8 @@ and every dependency between tasks adds a round trip.
 - `gathered`: a small frame's rows gathered by one task and cut into pieces, one per output
   partition, with one task a partition; `dask.delayed(nout=)` with `dd.from_delayed` made three
   (the piece, a container and the partition).
+- `fused`: several collections computed or persisted together, each chain of per-partition steps
+  one task a partition (Dask fuses the steps of one collection, not of several at once).
 - `shuffled`: rows moved to the partition a column of theirs names, by dask's `Shuffle` (p2p on a
   cluster, tasks in one process), the step its hash shuffles and `set_index` end with.
 """
@@ -60,9 +62,7 @@ def persist(*collections: Any) -> Any:
     expressions meanwhile, the two could each hold one such lock and wait for the other's: a hang
     (seen 2 times in 6 runs of `tests/test_scale_out.py::test_small_routes_write_what_shuffles_write`).
     A later `compute` blocks until its results are back, so it does not need this."""
-    given = [c for c in collections if c is not None]
-    if len(given) == 1 and hasattr(given[0], "optimize"):  # as a collection's own `persist` does: fused
-        given = [given[0].optimize()]
+    given = fused(*[c for c in collections if c is not None])
     out = dask.persist(*given)
     if "distributed" in sys.modules:  # else there is no client, and no futures (`--threads`)
         from distributed import futures_of, wait
@@ -73,6 +73,26 @@ def persist(*collections: Any) -> Any:
     it = iter(out)
     got = tuple(None if c is None else _without_aliases(next(it)) for c in collections)
     return got[0] if len(got) == 1 else got
+
+
+def fused(*collections: Any) -> list[Any]:
+    """The collections optimized together, each chain of per-partition steps fused into one task a
+    partition, as a single DataFrame's own `optimize` (and so its `persist`) does. `dask.compute`,
+    `dask.persist` and `Client.compute` optimize several collections without fusing them: every
+    `map_partitions` of a stage was a task of its own a partition, its result handed to the next
+    step through the scheduler. A step that several collections use stays one task of its own (it is
+    never fused into one of its users). Anything but a DataFrame passes as it is."""
+    frames_at = [i for i, c in enumerate(collections) if isinstance(getattr(c, "expr", None), Expr)]
+    out = list(collections)
+    if not frames_at:
+        return out
+    from dask._expr import _ExprSequence
+    from dask.dataframe.dask_expr._expr import optimize_blockwise_fusion
+
+    exprs = _ExprSequence(*[collections[i].expr for i in frames_at]).optimize(fuse=False)
+    for i, expr in zip(frames_at, optimize_blockwise_fusion(exprs).operands):
+        out[i] = new_collection(expr)
+    return out
 
 
 def _without_aliases(collection: Any) -> Any:

@@ -376,24 +376,30 @@ def _largest(per_root: pd.Series) -> list[tuple[int, Any]]:
                   key=lambda x: (-x[0], str(x[1])))[:TOP_CLUSTERS]
 
 
-def _cluster_sizes(d: pd.DataFrame) -> pd.DataFrame:
-    """Per partition of (doc, root, _id) by component: how many clusters of each size, and the largest ones."""
+CLUSTERS_META = {"kind": object, "size": "int64", "count": "int64", "root": object, "doc": "int64", "_id": object}
+
+
+def _clusters(d: pd.DataFrame) -> pd.DataFrame:
+    """Per partition of (doc, root, _id) by component, in one frame: how many clusters of each size
+    (kind "size": size, count), its largest clusters (kind "top": size, root; the largest overall
+    are among the largest of some partition), and their first members by id (kind "member": root,
+    doc, _id). One task a partition, one count of members per root."""
     per_root = d.groupby("root").size()
     vc = per_root.value_counts()
     best = _largest(per_root)
-    return pd.DataFrame({"kind": ["size"] * len(vc) + ["top"] * len(best),
-                         "size": list(vc.index) + [b[0] for b in best],
-                         "count": list(vc.to_numpy()) + [0] * len(best),
-                         "root": [None] * len(vc) + [b[1] for b in best]})
-
-
-def _top_members(d: pd.DataFrame) -> pd.DataFrame:
-    """Per partition of (doc, root, _id) by component: the first members (by id) of its largest
-    clusters, for the page (the largest overall are among the largest of some partition)."""
-    rs = [r for _, r in _largest(d.groupby("root").size())]
-    d = d[d["root"].isin(rs)]
-    d = d.assign(_k=d["_id"].astype(object)).sort_values(["root", "_k"], kind="stable") if len(d) else d
-    return d.groupby("root", sort=False).head(MEMBERS_SHOWN + 1)[["doc", "root", "_id"]]
+    tops = [r for _, r in best]
+    m = d[d["root"].isin(tops)]
+    m = m.assign(_k=m["_id"].astype(object)).sort_values(["root", "_k"], kind="stable") if len(m) else m
+    m = m.groupby("root", sort=False).head(MEMBERS_SHOWN + 1)
+    n_sizes, n_top, n_members = len(vc), len(best), len(m)
+    return pd.DataFrame({
+        "kind": ["size"] * n_sizes + ["top"] * n_top + ["member"] * n_members,
+        "size": np.concatenate([vc.index.to_numpy(np.int64), np.asarray([s for s, _ in best], np.int64),
+                                np.zeros(n_members, np.int64)]),
+        "count": np.concatenate([vc.to_numpy(np.int64), np.zeros(n_top + n_members, np.int64)]),
+        "root": pd.Series([None] * n_sizes + tops + m["root"].astype(object).tolist(), dtype=object),
+        "doc": np.concatenate([np.full(n_sizes + n_top, -1, np.int64), m["doc"].to_numpy(np.int64)]),
+        "_id": pd.Series([None] * (n_sizes + n_top) + m["_id"].astype(object).tolist(), dtype=object)})
 
 
 def _first_per_record(f: pd.DataFrame) -> pd.DataFrame:
@@ -407,10 +413,7 @@ def _summaries(decided: Decisions, report: Report, protected: ProtectedNgrams | 
     """Lazy per-partition summaries for the report page, computed with the removed list in one pass."""
     out = {}
     if decided.by_component is not None and report.clusters:
-        out["sizes"] = decided.by_component.map_partitions(
-            _cluster_sizes, meta={"kind": object, "size": "int64", "count": "int64", "root": object})
-        out["members"] = decided.by_component.map_partitions(_top_members,
-                                                             meta=decided.by_component._meta[["doc", "root", "_id"]])
+        out["clusters"] = decided.by_component.map_partitions(_clusters, meta=CLUSTERS_META)
     if protected is not None and report.contaminated:
         out["examples"] = decided.feat.map_partitions(_first_per_record, meta=decided.feat._meta[["source", "doc", "_id"]])
     return out
@@ -438,13 +441,13 @@ def _report_extras(decided: Decisions, locate: Callable[[int], tuple[str, int]],
     wanted: list[int] = []
     tops: list[tuple[int, Any]] = []
     members: pd.DataFrame | None = None
-    if "sizes" in got and decided.by_component is not None:
-        g = got["sizes"]
+    if "clusters" in got and decided.by_component is not None:
+        g = got["clusters"]
         s = g[g["kind"] == "size"].groupby("size")["count"].sum()
         extras.cluster_sizes = {int(k): int(v) for k, v in s.items()}
         t = g[g["kind"] == "top"]
         tops = _largest(pd.Series(t["size"].to_numpy(), index=t["root"].astype(object)))
-        members = got["members"]
+        members = g[g["kind"] == "member"][["doc", "root", "_id"]]
         members = members[members["root"].astype(object).isin([r for _, r in tops])]
         wanted += members["doc"].astype(np.int64).tolist()
     examples = got.get("examples")

@@ -217,6 +217,9 @@ def compute(*collections: Any, retries: int = 2) -> Any:
     progress bar on a terminal; on the local scheduler without a client."""
     import dask
 
+    from dedup.graphs import fused
+
+    collections = tuple(fused(*collections))
     client = active_client()
     if client is None:
         if not sys.stderr.isatty():

@@ -9,7 +9,8 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from dedup.graphs import Persisted, gathered, persist
+from dedup.graphs import Persisted, fused, gathered, persist
+from dedup.runtime import compute
 
 
 def _double(d: pd.DataFrame) -> pd.DataFrame:
@@ -54,6 +55,35 @@ def test_several_collections_and_none_pass_through_in_order(client) -> None:
     a, none, b = persist(_frame(), None, _frame().map_partitions(_plus_one))
     assert none is None and isinstance(a.expr, Persisted) and isinstance(b.expr, Persisted)
     pd.testing.assert_frame_equal(b.compute(), a.compute().assign(v=lambda d: d["v"] + 1))
+
+
+def test_collections_computed_together_fuse_their_steps_and_share_what_both_use(client) -> None:
+    from distributed import get_task_stream
+
+    both_use = _frame().map_partitions(_plus_one)  # read, _double, _plus_one: used by both results
+    a = both_use.map_partitions(_double)
+    b = both_use.map_partitions(_plus_one)
+    want = dask.compute(a, b, scheduler="sync")
+    with get_task_stream(client) as ts:
+        got = compute(a, b)
+    for g, w in zip(got, want):
+        pd.testing.assert_frame_equal(g, w)
+    ours = [p for p in _task_prefixes(ts.data) if p.endswith(("_double", "_plus_one"))]
+    # the shared steps fused into one task a partition, run once; each result's own step once a partition
+    assert sorted(ours) == ["_double"] * 4 + ["_double-_plus_one"] * 4 + ["_plus_one"] * 4
+    # Dask on its own runs each of the four steps as a task of its own
+    with get_task_stream(client) as ts:
+        dask.compute(a, b)
+    theirs = [p for p in _task_prefixes(ts.data) if p.endswith(("_double", "_plus_one"))]
+    assert sorted(theirs) == ["_double"] * 8 + ["_plus_one"] * 8
+
+
+def test_fused_passes_anything_but_a_frame_as_it_is() -> None:
+    value = dask.delayed(sum)([1, 2])
+    frame = _frame()
+    got_value, got_frame = fused(value, frame)
+    assert got_value is value and got_frame.npartitions == frame.npartitions
+    pd.testing.assert_frame_equal(got_frame.compute(scheduler="sync"), frame.compute(scheduler="sync"))
 
 
 def test_without_a_client_dask_persists_as_usual() -> None:
