@@ -581,6 +581,14 @@ def component_counts(roots: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.D
                          "largest": [int(sizes.max()) if len(sizes) else 0], "of_indexed": [of_indexed]})
 
 
+def first_per_record(feat: pd.DataFrame) -> pd.DataFrame:
+    """(source, doc, _id) per protected record (as a document's first record) of one features
+    partition: its contaminated document with the smallest id (the report's example)."""
+    c = feat[feat["source"] >= 0]
+    c = c.assign(_k=c["_id"].astype(object)).sort_values(["source", "_k"], kind="stable")
+    return c.drop_duplicates("source")[["source", "doc", "_id"]]
+
+
 def row_decisions(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool) -> tuple[NDArray[np.bool_], NDArray[Any]]:
     """Per row of a features partition: keep it?, and its cluster root id (its own id when alone).
 

@@ -23,6 +23,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from numpy.typing import NDArray
 
 from dedup import frames, index, io, removed, stages
 from dedup import report as report_page
@@ -49,8 +50,10 @@ class Decisions:
     roots: dd.DataFrame | None
     matches: dd.DataFrame | None = None
     """(doc, matched, estimate, jaccard) per clustered document at its partition, for the report."""
-    by_component: dd.DataFrame | None = None
-    """(doc, root, _id) of clustered documents, persisted, grouped by component."""
+    clusters: pd.DataFrame | None = None
+    """For the report: cluster sizes, the largest clusters and their first members (`_clusters`)."""
+    examples: pd.DataFrame | None = None
+    """For the report: (source, doc, _id), a contaminated document per protected record and partition."""
 
 
 def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:
@@ -77,7 +80,8 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             skip_existing: bool = False, index_out: str | None = None, spill_dir: str | None = None,
             rows: int | None = None) -> Decisions:
     """Run the stages; the report gets every count. `locate` maps a document key to (file, row);
-    `details` also finds each clustered document's closest match (for `_report/removed.parquet`).
+    `details` also finds each clustered document's closest match (for `_report/removed.parquet`),
+    and the page's summaries (`Decisions.clusters`, `Decisions.examples`) with the counts of their stages.
     `against`: earlier outputs' indexes, whose documents win their clusters; with `skip_existing`
     documents whose id one of them holds are skipped instead of refused. `index_out`: write this
     run's index band files there. `spill_dir`: where client components leave their labels. `rows`: the
@@ -108,15 +112,18 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
                                  skip_existing, report)
             stage.summary += (f"; {report.skipped_existing} already read by an earlier run, skipped"
                               if report.skipped_existing else "; none was read by an earlier run")
+    examples = None
     if protected is not None:
         with Stage(report, "contamination") as stage:
-            got = stages.contamination(ddf, feat, protected, text_column, report.input_rows, report.contaminated)
+            got = stages.contamination(ddf, feat, protected, text_column, report.input_rows, report.contaminated,
+                                       examples=details)
+            examples = got["examples"]
             report.contaminated_by_file = got["by_file"]
             report.contaminated_by_record = got["by_record"]
             report.contaminated_records = got["records"]
             stage.summary = f"{report.contaminated} documents hit {got['records']} protected record(s)"
     if not near:
-        return Decisions(feat, None, None, None)
+        return Decisions(feat, None, None, None, examples)
     layout = index.Layout.gathering(against, feat.npartitions) if against else None
     first_indexed = layout.first_key if layout else frames.NO_INDEX
     placement = layout.placement if layout else frames.OWN
@@ -158,8 +165,9 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             report.component_rounds = rounds
             stage.summary = f"{conf['graph_edges']} edges joined on the cluster in {rounds} large/small-star rounds"
     with Stage(report, "roots") as stage:
-        roots, by_component, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement,
-                                              placed=mode == "client", edge_rows=conf["graph_edges"])
+        roots, _, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement,
+                                   placed=mode == "client", edge_rows=conf["graph_edges"],
+                                   summary=(_clusters, CLUSTERS_META) if details else None)
         report.clusters, report.largest_cluster = c["clusters"], c["largest"]
         report.near_duplicates = c["duplicates"]
         report.near_duplicates_of_indexed = c["of_indexed"]
@@ -168,7 +176,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         if layout is not None:
             stage.summary += f", {report.near_duplicates_of_indexed} of them of earlier outputs' documents"
     found = stages.matches(pairs, feat, first_indexed, conf["graph_edges"]) if details else None
-    return Decisions(feat, roots, found, by_component)
+    return Decisions(feat, roots, found, c["summary"], examples)
 
 
 def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sample: pd.DataFrame, id_column: str,
@@ -284,9 +292,12 @@ def _read_group(group: list[shards_mod.Shard], id_column: str, text_column: str,
 
 def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[list[list[shards_mod.Shard]], pa.Schema],
                  id_column: str, drop: bool, tag: bool, staging_url: str, num_perm: int | None = None,
+                 shown: tuple[str, dict[int, list[int]]] | None = None,
                  partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Write the output shards of one partition: each input file filtered, tagged, under its own name;
-    with `num_perm`, also this partition's index docs file (every document kept as its cluster's root)."""
+    with `num_perm`, also this partition's index docs file (every document kept as its cluster's root).
+    `shown`: (text column, partition -> rows): the texts of those rows come back, as (key, text)
+    pairs in the "texts" column, for the report page (read here with every other column)."""
     import fsspec
 
     assert partition_info is not None
@@ -297,12 +308,19 @@ def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[l
     cluster_field = pa.field(shards_mod.CLUSTER_COLUMN, cluster_type(schema, id_column), nullable=False)
     out_row = np.cumsum(keep) - 1  # row of each kept document in its output file, once offset per file
     out_file = np.empty(len(feat), dtype=object)
+    text_column, rows = shown if shown is not None else ("", {})
+    wanted = np.asarray(rows.get(partition_info["number"], []), dtype=np.int64)
+    texts: list[tuple[int, Any]] = []
     offset = written = 0
     for s in group:
         table = shards_mod.conform(shards_mod.read_table(s.path), schema)
         n = table.num_rows
         if offset + n > len(feat):
             raise RuntimeError(f"{s.path} has more rows than its features; was it changed during the run?")
+        here = wanted[(wanted >= offset) & (wanted < offset + n)]
+        if len(here):
+            got = table.column(text_column).take(pa.array(here - offset, pa.int64())).to_pylist()
+            texts += zip(feat["doc"].to_numpy(np.int64)[here].tolist(), got)
         k = keep[offset:offset + n]
         out_row[offset:offset + n] -= written
         out_file[offset:offset + n] = s.name
@@ -329,7 +347,8 @@ def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[l
         nbytes = index.write_docs(table, f"{staging_url}/{index.INDEX_DIR}", partition_info["number"])
         indexed = int(root.sum())
         absorbed = table.num_rows - indexed
-    return pd.DataFrame({"rows": [written], "indexed": [indexed], "absorbed": [absorbed], "bytes": [nbytes]})
+    return pd.DataFrame({"rows": [written], "indexed": [indexed], "absorbed": [absorbed], "bytes": [nbytes],
+                         "texts": pd.Series([texts], dtype=object)})
 
 
 def _locator(groups: list[list[shards_mod.Shard]]) -> Callable[[int], tuple[str, int]]:
@@ -402,23 +421,6 @@ def _clusters(d: pd.DataFrame) -> pd.DataFrame:
         "_id": pd.Series([None] * (n_sizes + n_top) + m["_id"].astype(object).tolist(), dtype=object)})
 
 
-def _first_per_record(f: pd.DataFrame) -> pd.DataFrame:
-    """Per protected record (as a document's first record): its document with the smallest id."""
-    c = f[f["source"] >= 0]
-    c = c.assign(_k=c["_id"].astype(object)).sort_values(["source", "_k"], kind="stable")
-    return c.drop_duplicates("source")[["source", "doc", "_id"]]
-
-
-def _summaries(decided: Decisions, report: Report, protected: ProtectedNgrams | None) -> dict[str, dd.DataFrame]:
-    """Lazy per-partition summaries for the report page, computed with the removed list in one pass."""
-    out = {}
-    if decided.by_component is not None and report.clusters:
-        out["clusters"] = decided.by_component.map_partitions(_clusters, meta=CLUSTERS_META)
-    if protected is not None and report.contaminated:
-        out["examples"] = decided.feat.map_partitions(_first_per_record, meta=decided.feat._meta[["source", "doc", "_id"]])
-    return out
-
-
 def _member_scores(pairs: list[tuple[str, str]], params: Params) -> list[tuple[float, float]]:
     """(MinHash estimate, exact Jaccard) of each (root text, member text), for the page."""
     from dedup.minhash import estimate, signatures
@@ -433,63 +435,94 @@ def _member_scores(pairs: list[tuple[str, str]], params: Params) -> list[tuple[f
     return out
 
 
-def _report_extras(decided: Decisions, locate: Callable[[int], tuple[str, int]], text_column: str, params: Params,
-                   protected: ProtectedNgrams | None, got: dict[str, pd.DataFrame]) -> report_page.Extras:
-    """The small summaries the report page needs: cluster sizes, the largest clusters with a few members
-    (their texts and similarities to the root), and one example document per top protected record."""
-    extras = report_page.Extras()
-    wanted: list[int] = []
+@dataclass
+class PageDocuments:
+    """The documents the report page shows: its largest clusters (size, root) with their first members
+    (doc, root, _id), one contaminated document per protected record (source, doc, _id), and the keys
+    of this run's documents among them, whose texts the write tasks return (`_write_group`)."""
+
+    tops: list[tuple[int, Any]]
+    members: pd.DataFrame | None
+    examples: pd.DataFrame | None
+    keys: NDArray[np.int64]
+
+    def rows_by_partition(self) -> dict[int, list[int]]:
+        """Partition -> the rows inside it of `keys` (the few documents each write task reads out)."""
+        out: dict[int, list[int]] = {}
+        for p, r in zip(frames.key_partition(self.keys).tolist(), frames.key_row(self.keys).tolist()):
+            out.setdefault(p, []).append(r)
+        return out
+
+
+def _page_documents(decided: Decisions) -> PageDocuments:
+    """Which clusters and documents the page shows, from the summaries `analyse` computed."""
     tops: list[tuple[int, Any]] = []
-    members: pd.DataFrame | None = None
-    if "clusters" in got and decided.by_component is not None:
-        g = got["clusters"]
-        s = g[g["kind"] == "size"].groupby("size")["count"].sum()
-        extras.cluster_sizes = {int(k): int(v) for k, v in s.items()}
+    members = None
+    wanted: list[int] = []
+    if decided.clusters is not None and len(decided.clusters):
+        g = decided.clusters
         t = g[g["kind"] == "top"]
         tops = _largest(pd.Series(t["size"].to_numpy(), index=t["root"].astype(object)))
         members = g[g["kind"] == "member"][["doc", "root", "_id"]]
         members = members[members["root"].astype(object).isin([r for _, r in tops])]
         wanted += members["doc"].astype(np.int64).tolist()
-    examples = got.get("examples")
+    examples = decided.examples
     if examples is not None:
         examples = examples.assign(_k=examples["_id"].astype(object)).sort_values(["source", "_k"]).drop_duplicates("source")
         wanted += examples["doc"].astype(np.int64).tolist()
-    if not wanted:
-        return extras
     keys = np.unique(np.asarray(wanted, dtype=np.int64))
-    # read only their rows' texts, file by file (an earlier output's documents are not read again):
-    # a dozen rows, where reading their partitions took 0.3 CPU-s on 204,000 documents
+    # an earlier output's documents (--against) are not read again
+    return PageDocuments(tops, members, examples, keys[frames.key_partition(keys) < decided.feat.npartitions])
+
+
+def _read_texts(keys: NDArray[np.int64], locate: Callable[[int], tuple[str, int]], text_column: str) -> dict[int, str]:
+    """The texts of a few documents, read file by file (only their row groups' text column): for a
+    run that writes no shards (--dry-run), whose write tasks would otherwise return them."""
     by_file: dict[str, list[tuple[int, int]]] = {}
-    for key in keys[frames.key_partition(keys) < decided.feat.npartitions].tolist():
+    for key in keys.tolist():
         path, row = locate(key)
         by_file.setdefault(path, []).append((row, key))
     if not by_file:
-        return extras
+        return {}
     import dask
 
     texts = compute(*[dask.delayed(shards_mod.read_rows, pure=True)(path, [r for r, _ in rows], text_column)
                       for path, rows in by_file.items()])
-    text_of = {key: t for rows, got_texts in zip(by_file.values(), texts) for (_, key), t in zip(rows, got_texts)}
+    return {key: t for rows, got in zip(by_file.values(), texts) for (_, key), t in zip(rows, got)}
+
+
+def _report_extras(decided: Decisions, shown: PageDocuments, text_of: dict[int, Any], params: Params,
+                   protected: ProtectedNgrams | None) -> report_page.Extras:
+    """The small summaries the report page needs: cluster sizes, the largest clusters with a few members
+    (their texts and similarities to the root), and one example document per top protected record."""
+    extras = report_page.Extras()
+    if decided.clusters is not None and len(decided.clusters):
+        g = decided.clusters
+        s = g[g["kind"] == "size"].groupby("size")["count"].sum()
+        extras.cluster_sizes = {int(k): int(v) for k, v in s.items()}
+    if not len(shown.keys):  # nothing of this run's to show (the largest clusters are earlier outputs')
+        return extras
+    members = shown.members
     if members is not None:
-        shown: list[tuple[report_page.ClusterView, Any, str]] = []
-        for size, root in tops:
+        listed: list[tuple[report_page.ClusterView, Any, str]] = []
+        for size, root in shown.tops:
             rows = members[members["root"] == root]
             root_rows = rows[rows["_id"].astype(object) == root]
             root_text = (text_of.get(int(root_rows["doc"].iloc[0]), "") if len(root_rows) else "") or ""
             view = report_page.ClusterView(root, int(size), root_text)
             others = rows[rows["_id"].astype(object) != root].head(MEMBERS_SHOWN)
-            shown += [(view, ident, text_of.get(int(doc), "") or "")
-                      for doc, ident in zip(others["doc"].astype(np.int64), others["_id"])]
+            listed += [(view, ident, text_of.get(int(doc), "") or "")
+                       for doc, ident in zip(others["doc"].astype(np.int64), others["_id"])]
             extras.clusters.append(view)
         # scored where the kernels are loaded already (a client would load them for a dozen pairs)
         client = active_client()
-        pairs = [(view.root_text, t) for view, _, t in shown]
+        pairs = [(view.root_text, t) for view, _, t in listed]
         scores = (client.submit(_member_scores, pairs, params, pure=False).result() if client is not None and pairs
                   else _member_scores(pairs, params))
-        for (view, ident, t), (est, jac) in zip(shown, scores):
+        for (view, ident, t), (est, jac) in zip(listed, scores):
             view.members.append({"id": ident, "text": t, "estimate": est, "jaccard": jac})
-    if examples is not None and protected is not None:
-        for rec, doc in zip(examples["source"].astype(int), examples["doc"].astype(np.int64)):
+    if shown.examples is not None and protected is not None:
+        for rec, doc in zip(shown.examples["source"].astype(int), shown.examples["doc"].astype(np.int64)):
             key = (protected.files[protected.record_file[rec]], protected.record_labels[rec])
             extras.record_examples[key] = text_of.get(int(doc), "") or ""
     return extras
@@ -538,7 +571,8 @@ def execute(plan: Plan) -> dict[str, Any]:
                     index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
                     spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards))
                 layout = shared((groups, plan.schema))
-                # the shards, the removed list and the page's summaries: one round trip
+                shown = _page_documents(decided) if plan.write_report else None
+                # the shards, the removed list and the page's texts: one round trip
                 lazy: dict[str, dd.DataFrame] = {}
                 # each task takes the persisted features whole and reads the columns it needs: a
                 # projection of them would be a task of its own a partition
@@ -546,14 +580,15 @@ def execute(plan: Plan) -> dict[str, Any]:
                     lazy["shards"] = dd.map_partitions(
                         _write_group, decided.feat, decided.roots, layout, plan.id_column,
                         plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
-                        meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64"}, align_dataframes=False)
+                        shared((plan.text_column, shown.rows_by_partition())) if shown is not None else None,
+                        meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
+                              "texts": object}, align_dataframes=False)
                 if plan.write_report:
                     prot = shared(plan.protected) if plan.protected is not None else None
                     lazy["removed"] = dd.map_partitions(
                         _write_removed, decided.feat, decided.roots,
                         decided.matches, layout, plan.id_column, prot, staging.url, meta={"rows": "int64"},
                         align_dataframes=False)
-                    lazy.update(_summaries(decided, report, plan.protected))
                 with Stage(report, "report" if plan.dry_run else "write") as stage:
                     got = dict(zip(lazy, compute(*lazy.values(), retries=plan.retries)))
                     listed = f"; {int(got['removed']['rows'].sum())} removed documents listed in {removed.REMOVED}" \
@@ -576,7 +611,10 @@ def execute(plan: Plan) -> dict[str, Any]:
                                           f"{report.index_bytes / max(1, report.index_documents):.0f} bytes a kept document")
                 if plan.write_report:
                     with Stage(report, "report") as stage:
-                        extras = _report_extras(decided, _locator(groups), plan.text_column, params, plan.protected, got)
+                        assert shown is not None
+                        text_of = ({k: t for pairs in got["shards"]["texts"] for k, t in pairs} if "shards" in got
+                                   else _read_texts(shown.keys, _locator(groups), plan.text_column))
+                        extras = _report_extras(decided, shown, text_of, params, plan.protected)
                         stage.summary = "the largest clusters and examples for the page"
                 staging.remove("_features")
                 staging.remove("_labels")

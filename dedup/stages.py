@@ -269,15 +269,18 @@ def _hit_counts(part: pd.DataFrame, feat: pd.DataFrame, protected: ProtectedNgra
 
 
 def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgrams, text_column: str,
-                  input_rows: int, contaminated_rows: int) -> dict[str, Any]:
+                  input_rows: int, contaminated_rows: int, examples: bool = False) -> dict[str, Any]:
     """Documents removed per protected file and per record (re-reading only contaminated texts), and a
-    warning for any record that alone removes a large share of the corpus."""
+    warning for any record that alone removes a large share of the corpus. With `examples`, also
+    each record's contaminated document with the smallest id (`frames.first_per_record`, for the page)."""
     if contaminated_rows == 0:
-        return {"by_file": dict.fromkeys(protected.files, 0), "by_record": [], "records": 0}
+        return {"by_file": dict.fromkeys(protected.files, 0), "by_record": [], "records": 0, "examples": None}
     meta = protected.hit_counts(encode_batch([]))
-    detail = dd.map_partitions(_hit_counts, ddf, feat[["source"]], shared(protected), text_column, meta=meta,
-                               align_dataframes=False)
-    (hc,) = compute(detail)
+    lazy = [dd.map_partitions(_hit_counts, ddf, feat[["source"]], shared(protected), text_column, meta=meta,
+                              align_dataframes=False)]
+    if examples:
+        lazy.append(feat.map_partitions(frames.first_per_record, meta=feat._meta[["source", "doc", "_id"]]))
+    hc, *first = compute(*lazy)
     agg = hc.groupby(["kind", "index"]).agg(documents=("documents", "sum"), gram=("gram", "min")).reset_index()
     files = agg[agg["kind"] == 1]
     by_file = dict(zip(files["index"], files["documents"]))
@@ -293,7 +296,7 @@ def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgr
             log.warning("protected record %s of %s alone removes %d documents (%.1f%% of the corpus), e.g. by the "
                         "%d-gram %r; check that it is eval text and not boilerplate", entry["record"], entry["file"],
                         docs, 100 * docs / input_rows, protected.ngram_size, entry["ngram"])
-    return {"by_file": per_file, "by_record": entries, "records": len(recs)}
+    return {"by_file": per_file, "by_record": entries, "records": len(recs), "examples": first[0] if first else None}
 
 
 
@@ -551,8 +554,9 @@ def _normalised(d: pd.DataFrame) -> pd.DataFrame:
 # -- roots -----------------------------------------------------------------------------------------
 
 def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = frames.NO_INDEX,
-          placement: frames.Placement = frames.OWN, placed: bool = False, edge_rows: int | None = None
-          ) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, int]]:
+          placement: frames.Placement = frames.OWN, placed: bool = False, edge_rows: int | None = None,
+          summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None
+          ) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, Any]]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
     the same rows persisted by component (for the report).
 
@@ -562,7 +566,8 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     earlier output: partitions from `n_new` on, placed by `placement`, keys from `first_indexed` on).
     `placed`: the labels are at their documents' partitions already (`components_on_client`).
     `edge_rows`: the graph's edges, when known: at most twice as many documents are clustered, and
-    so few take `route_small` instead of shuffles."""
+    so few take `route_small` instead of shuffles. `summary`: (function, meta) run on each partition of
+    (doc, root, _id) by component, computed with the counts (their "summary", concatenated)."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
@@ -574,11 +579,15 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     k = max(1, n_new)
     by_label = _route_by(with_ids, partial(_label_part, npartitions=k), k, members, ID_ROW_BYTES)
     by_component = persist(by_label.map_partitions(frames.roots_of_components, first_indexed, meta=root_meta))
-    (c,) = compute(by_component.map_partitions(
+    lazy = [by_component.map_partitions(
         frames.component_counts, first_indexed,
-        meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64"}))
-    counts = {k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")}
+        meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64"})]
+    if summary is not None:
+        lazy.append(by_component.map_partitions(summary[0], meta=summary[1]))
+    c, *summarised = compute(*lazy)
+    counts: dict[str, Any] = {k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")}
     counts["largest"] = int(c["largest"].max())
+    counts["summary"] = summarised[0] if summarised else None
     own = by_component if first_indexed >= frames.NO_INDEX else \
         by_component.map_partitions(frames.own_documents, first_indexed, meta=root_meta)
     return route(own, "doc", n_new, rows=counts["members"], row_bytes=2 * ID_ROW_BYTES), by_component, counts

@@ -74,6 +74,39 @@ def test_dry_run_writes_no_shard_and_the_same_counts(client, tmp_path: Path, cor
     assert not (tmp_path / "bare" / "_report").exists() and none["report"] is None
 
 
+def _page_above_stages(path: Path, output: Path) -> str:
+    """The page from its counts to its stage timings, without plots (their SVG ids and dates differ
+    between runs)."""
+    import re
+
+    page = path.read_text(encoding="utf-8").replace(str(output), "OUTPUT")
+    return re.sub(r"<svg.*?</svg>", "", page[page.index("<h2>Counts"):page.index("<h2>Stages")], flags=re.S)
+
+
+def test_the_page_shows_the_largest_clusters_texts_as_the_input_holds_them(client, tmp_path: Path,
+                                                                          corpus_frame: pd.DataFrame,
+                                                                          protected_file: Path) -> None:
+    """The write tasks hand the page its example texts; a dry run, which writes nothing, reads them
+    itself: both pages are the same, and every cluster's root text is that of its id in the input."""
+    import html
+    import re
+
+    from dedup.report import _short
+
+    src = write_shards(corpus_frame, tmp_path / "in", 2)
+    run(str(src), str(tmp_path / "real"), protected=[str(protected_file)])
+    run(str(src), str(tmp_path / "dry"), protected=[str(protected_file)], dry_run=True)
+    real = _page_above_stages(tmp_path / "real" / "_report" / "index.html", tmp_path / "real")
+    dry = _page_above_stages(tmp_path / "dry" / "_report" / "index.html", tmp_path / "dry")
+    assert real == dry
+    roots = re.findall(r"<h4>root (\S+): (\d+) documents</h4>.*?<div class='doc'>(.*?)</div>", real, flags=re.S)
+    assert roots, "the page shows no cluster"
+    text_of = dict(zip(corpus_frame["id"].astype(str), corpus_frame["text"]))
+    for ident, _, shown in roots:
+        words = html.unescape(re.sub(r"</?mark>", "", shown))
+        assert words == " ".join(_short(text_of[html.unescape(ident)]).split())
+
+
 def _chromium() -> tuple[str, str]:
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     driver = shutil.which("chromedriver")
