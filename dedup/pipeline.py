@@ -165,9 +165,9 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             report.component_rounds = rounds
             stage.summary = f"{conf['graph_edges']} edges joined on the cluster in {rounds} large/small-star rounds"
     with Stage(report, "roots") as stage:
-        roots, _, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement,
-                                   placed=mode == "client", edge_rows=conf["graph_edges"],
-                                   summary=(_clusters, CLUSTERS_META) if details else None)
+        roots, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement,
+                                placed=mode == "client", edge_rows=conf["graph_edges"],
+                                summary=(_clusters, CLUSTERS_META) if details else None)
         report.clusters, report.largest_cluster = c["clusters"], c["largest"]
         report.near_duplicates = c["duplicates"]
         report.near_duplicates_of_indexed = c["of_indexed"]

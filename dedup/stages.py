@@ -556,9 +556,9 @@ def _normalised(d: pd.DataFrame) -> pd.DataFrame:
 def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = frames.NO_INDEX,
           placement: frames.Placement = frames.OWN, placed: bool = False, edge_rows: int | None = None,
           summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None
-          ) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, Any]]:
+          ) -> tuple[dd.DataFrame, dict[str, Any]]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
-    the same rows persisted by component (for the report).
+    the counts.
 
     The labels (smallest key of each component) go to their documents' partitions to collect
     ids, then are shuffled on the label so each component is in one partition, where its root,
@@ -590,6 +590,6 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     counts["summary"] = summarised[0] if summarised else None
     own = by_component if first_indexed >= frames.NO_INDEX else \
         by_component.map_partitions(frames.own_documents, first_indexed, meta=root_meta)
-    return route(own, "doc", n_new, rows=counts["members"], row_bytes=2 * ID_ROW_BYTES), by_component, counts
+    return route(own, "doc", n_new, rows=counts["members"], row_bytes=2 * ID_ROW_BYTES), counts
 
 
