@@ -53,8 +53,8 @@ class Persisted(FromGraph):
 def persist(*collections: Any) -> Any:
     """dask.persist, each DataFrame of futures (a distributed client's) as a `Persisted`, returned
     once the results exist: one collection in, one out; a tuple for several, None passing through.
-    One collection is optimized first, with its blockwise steps fused into one task a partition,
-    as `DataFrame.persist` does (`dask.persist` does not fuse).
+    The collections are optimized together first (`fused`), each chain of blockwise steps one task
+    a partition, as `DataFrame.persist` does for one (`dask.persist` does not fuse).
 
     Why wait: a local cluster's scheduler builds the task graph from the expressions in a thread of
     this process, and under Python 3.11 an expression's cached properties (its `_meta`) take a lock
