@@ -437,10 +437,12 @@ def _member_scores(pairs: list[tuple[str, str]], params: Params) -> list[tuple[f
 
 @dataclass
 class PageDocuments:
-    """The documents the report page shows: its largest clusters (size, root) with their first members
-    (doc, root, _id), one contaminated document per protected record (source, doc, _id), and the keys
-    of this run's documents among them, whose texts the write tasks return (`_write_group`)."""
+    """What the report page shows of the clusters and documents: how many clusters of each size, its
+    largest clusters (size, root) with their first members (doc, root, _id), one contaminated
+    document per protected record (source, doc, _id), and the keys of this run's documents among
+    them, whose texts the write tasks return (`_write_group`)."""
 
+    sizes: dict[int, int]
     tops: list[tuple[int, Any]]
     members: pd.DataFrame | None
     examples: pd.DataFrame | None
@@ -456,11 +458,14 @@ class PageDocuments:
 
 def _page_documents(decided: Decisions) -> PageDocuments:
     """Which clusters and documents the page shows, from the summaries `analyse` computed."""
+    sizes: dict[int, int] = {}
     tops: list[tuple[int, Any]] = []
     members = None
     wanted: list[int] = []
     if decided.clusters is not None and len(decided.clusters):
         g = decided.clusters
+        counts = g[g["kind"] == "size"].groupby("size")["count"].sum()
+        sizes = {int(k): int(v) for k, v in counts.items()}
         t = g[g["kind"] == "top"]
         tops = _largest(pd.Series(t["size"].to_numpy(), index=t["root"].astype(object)))
         members = g[g["kind"] == "member"][["doc", "root", "_id"]]
@@ -472,7 +477,7 @@ def _page_documents(decided: Decisions) -> PageDocuments:
         wanted += examples["doc"].astype(np.int64).tolist()
     keys = np.unique(np.asarray(wanted, dtype=np.int64))
     # an earlier output's documents (--against) are not read again
-    return PageDocuments(tops, members, examples, keys[frames.key_partition(keys) < decided.feat.npartitions])
+    return PageDocuments(sizes, tops, members, examples, keys[frames.key_partition(keys) < decided.feat.npartitions])
 
 
 def _read_texts(keys: NDArray[np.int64], locate: Callable[[int], tuple[str, int]], text_column: str) -> dict[int, str]:
@@ -491,15 +496,11 @@ def _read_texts(keys: NDArray[np.int64], locate: Callable[[int], tuple[str, int]
     return {key: t for rows, got in zip(by_file.values(), texts) for (_, key), t in zip(rows, got)}
 
 
-def _report_extras(decided: Decisions, shown: PageDocuments, text_of: dict[int, Any], params: Params,
+def _report_extras(shown: PageDocuments, text_of: dict[int, Any], params: Params,
                    protected: ProtectedNgrams | None) -> report_page.Extras:
     """The small summaries the report page needs: cluster sizes, the largest clusters with a few members
     (their texts and similarities to the root), and one example document per top protected record."""
-    extras = report_page.Extras()
-    if decided.clusters is not None and len(decided.clusters):
-        g = decided.clusters
-        s = g[g["kind"] == "size"].groupby("size")["count"].sum()
-        extras.cluster_sizes = {int(k): int(v) for k, v in s.items()}
+    extras = report_page.Extras(cluster_sizes=shown.sizes)
     if not len(shown.keys):  # nothing of this run's to show (the largest clusters are earlier outputs')
         return extras
     members = shown.members
@@ -614,7 +615,7 @@ def execute(plan: Plan) -> dict[str, Any]:
                         assert shown is not None
                         text_of = ({k: t for pairs in got["shards"]["texts"] for k, t in pairs} if "shards" in got
                                    else _read_texts(shown.keys, _locator(groups), plan.text_column))
-                        extras = _report_extras(decided, shown, text_of, params, plan.protected)
+                        extras = _report_extras(shown, text_of, params, plan.protected)
                         stage.summary = "the largest clusters and examples for the page"
                 staging.remove("_features")
                 staging.remove("_labels")
