@@ -193,11 +193,21 @@ def _check_runtime(args: argparse.Namespace) -> None:
                              "and --n-workers.")
 
 
+def _local_cluster(args: argparse.Namespace) -> bool:
+    """Whether the job will run on a local cluster this process starts (`dedup.runtime.dask_client`)."""
+    return (args.threads is None and not args.scheduler and not args.scheduler_file
+            and not os.environ.get("DASK_SCHEDULER_ADDRESS"))
+
+
 def _prepare(args: argparse.Namespace) -> Any:
     """Everything that can be checked without a cluster: parameters, paths, inputs, protected files."""
     from dedup import plan
 
     _check_runtime(args)
+    if _local_cluster(args):  # the workers' modules and kernels load while the job is planned
+        from dedup.runtime import start_forkserver
+
+        start_forkserver()
     params = _params(args)
     near = args.command in ("run", "near")
     protected = getattr(args, "protected", [])

@@ -48,9 +48,13 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
     # task errors, and a client killed with SIGKILL would otherwise leave its orphaned workers
     # printing heartbeat tracebacks into the user's terminal
     quiet = logging.WARNING if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL
-    # each worker imports the job's modules and loads the kernels while it starts (`dask_setup`),
-    # in parallel with the client's own imports (`dedup.cli`), not in the first task
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}), \
+    # each worker has the job's modules and kernels before its first task: forked from a process that
+    # loaded them while the job was planned (`start_forkserver`), or, spawned, loading them as it
+    # starts (`dask_setup`), in parallel with the client's own imports (`dedup.cli`)
+    config: dict[str, Any] = {"distributed.nanny.pre-spawn-environ": worker_environ()}
+    if start_forkserver():
+        config["distributed.worker.multiprocessing-method"] = "forkserver"
+    with dask.config.set(config), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                          silence_logs=quiet, preload=[__name__]) as cluster, \
             Client(cluster) as client:
@@ -76,6 +80,72 @@ def worker_environ() -> dict[str, Any]:
     env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     for key, value in MALLOC_ENVIRON.items():
         env[key] = os.environ.get(key, value)
+    return env
+
+
+FORKSERVER_PRELOAD = "dedup.preforked"
+"""The module the forkserver imports (the job's modules and kernels) before it forks any worker."""
+
+_forkserver_environ: dict[str, str] | None = None
+"""The environment the forkserver this process started was given, None before it starts one."""
+
+
+def start_forkserver() -> bool:
+    """Start, in the background, the process a local cluster's workers are forked from, if not
+    started yet; whether local workers can be forked from it (else they are spawned, as Dask does).
+
+    Spawned, each worker imported the job's modules and loaded the compiled kernels itself: about 2
+    CPU-seconds a worker, on the cores the client plans on, before the first task. The forkserver
+    (Python's `multiprocessing` forkserver, which Dask supports as its
+    `distributed.worker.multiprocessing-method`) does that once (`FORKSERVER_PRELOAD`), while
+    the client plans; each worker is then a fork of it. It starts with the environment Dask gives
+    spawned workers (`worker_environ` and Dask's other pre-spawn variables), which its forks keep:
+    variables such as `MALLOC_TRIM_THRESHOLD_` only take effect when a process starts.
+
+    Only on Linux (elsewhere fork is unsafe or slow), and only when Dask's configured method is its
+    default, spawn (a method you chose is kept). A forkserver this process did not start, or started
+    with another environment (the user's variables changed since), is not used: workers are spawned."""
+    global _forkserver_environ
+    import dask
+    import distributed  # noqa: F401  (its configuration defaults: the pre-spawn environment, the method)
+
+    method = dask.config.get("distributed.worker.multiprocessing-method")
+    if not sys.platform.startswith("linux") or method not in ("spawn", "forkserver"):
+        return False
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    environ = spawn_environ()
+    if _forkserver_environ is not None:  # (should it have died, Dask starts it again with that environment)
+        return environ == _forkserver_environ
+    if getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None) is not None:
+        return False  # started by someone else, with other modules and perhaps another environment
+    multiprocessing.get_context("forkserver").set_forkserver_preload([FORKSERVER_PRELOAD])
+    saved = {k: os.environ.get(k) for k in environ}
+    try:
+        os.environ.update(environ)
+        forkserver.ensure_running()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+    _forkserver_environ = environ
+    return True
+
+
+def spawn_environ() -> dict[str, str]:
+    """The variables Dask sets before it spawns a local worker: its pre-spawn environment with
+    `MALLOC_ENVIRON` (`worker_environ`), a variable already in this process's environment keeping
+    its value, and a fixed PYTHONHASHSEED unless one is set (as `distributed.Nanny` does)."""
+    import dask
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
+        config = dask.config.get("distributed.nanny.pre-spawn-environ")
+    env = {k: os.environ.get(k, str(v)) for k, v in config.items() if v is not None}
+    if env.get("PYTHONHASHSEED") in (None, "0"):
+        env["PYTHONHASHSEED"] = "6640"
     return env
 
 

@@ -75,10 +75,23 @@ def _alive(pids: list[int]) -> list[int]:
     return out
 
 
+HELPERS = ("multiprocessing.forkserver import main", "multiprocessing.resource_tracker import main")
+"""Python's forkserver (which local workers are forked from) and resource tracker: helpers that live
+as long as the process that started them, not workers."""
+
+
 def _children() -> set[int]:
+    """This process's descendants but the helpers."""
     import psutil
 
-    return set(_alive([c.pid for c in psutil.Process().children(recursive=True)]))
+    out = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if not any(h in " ".join(c.cmdline()) for h in HELPERS):
+                out.append(c.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return set(_alive(out))
 
 
 def test_local_cluster_ends_its_workers_when_the_job_is_done() -> None:
@@ -96,3 +109,57 @@ def test_local_cluster_ends_its_workers_when_the_job_is_done() -> None:
         pids = list(client.run(os.getpid).values())
         raise RuntimeError("job failed")
     assert _alive(pids) == []
+
+
+FORKED = r"""
+import json, os, sys
+import psutil
+from dedup.runtime import dask_client
+
+def state():
+    from dedup import _kernels
+    me = psutil.Process()
+    # the environment the process started with, which glibc read (a fork keeps its parent's)
+    raw = open(f"/proc/{os.getpid()}/environ", "rb").read().split(b"\0")
+    start = dict(x.decode().split("=", 1) for x in raw if b"=" in x)
+    return {"parent": " ".join(me.parent().cmdline()), "pid": os.getpid(),
+            "loaded": all(len(getattr(_kernels, k).signatures) > 0 for k in ("tokenize", "minhash_rows")),
+            "env": {k: start.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "OMP_NUM_THREADS")}}
+
+if __name__ == "__main__":
+    out = []
+    with dask_client(n_workers=2) as client:
+        out.append(list(client.run(state).values()))
+    os.environ["MALLOC_TRIM_THRESHOLD_"] = "262144"  # the user's environment changed: spawned workers get it
+    with dask_client(n_workers=2) as client:
+        out.append(list(client.run(state).values()))
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="local workers are forked on Linux only")
+def test_local_workers_are_forked_from_a_preloaded_process_started_with_their_environment(tmp_path) -> None:
+    """On Linux the local cluster's workers are forks of Python's forkserver, which imported the job's
+    modules and loaded the kernels once (`dedup.preforked`) and was started with the environment
+    spawned workers get (the malloc settings, the user's own winning). A forkserver whose
+    environment no longer matches this process's is not used: the next cluster's workers are
+    spawned, with the new values."""
+    import json
+
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env["MALLOC_TRIM_THRESHOLD_"] = "131072"
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = json.loads(done.stdout.strip().splitlines()[-1])
+    mmap = str(MALLOC_ENVIRON["MALLOC_MMAP_THRESHOLD_"])
+    assert len(first) == len(second) == 2
+    for w in first:
+        assert "multiprocessing.forkserver" in w["parent"] and "dedup.preforked" in w["parent"], w
+        assert w["loaded"]
+        assert w["env"] == {"MALLOC_TRIM_THRESHOLD_": "131072", "MALLOC_MMAP_THRESHOLD_": mmap, "OMP_NUM_THREADS": "1"}
+    for w in second:
+        assert "multiprocessing.forkserver" not in w["parent"], w
+        assert w["loaded"]
+        assert w["env"] == {"MALLOC_TRIM_THRESHOLD_": "262144", "MALLOC_MMAP_THRESHOLD_": mmap, "OMP_NUM_THREADS": "1"}
