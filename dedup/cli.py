@@ -222,17 +222,24 @@ def _prepare(args: argparse.Namespace) -> Any:
                             write_index=near and not getattr(args, "no_index", False))
 
 
-def _import_pipeline() -> None:
+def _import_pipeline(report: bool) -> None:
     with contextlib.suppress(Exception):  # imported again below, where an error would be raised
         importlib.import_module("dedup.pipeline")
+        if report:
+            from dedup.report import plotting
+
+            plotting()
 
 
 def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
     from dedup.runtime import dask_client
 
     _quiet_libraries(args.verbose, cluster=args.threads is None)
-    # the job's modules (dask.dataframe, pandas, pyarrow: about 1.3 s) load while the cluster starts
-    importing = threading.Thread(target=_import_pipeline, name="dedup-import", daemon=True)
+    # the job's modules (dask.dataframe, pandas, pyarrow: about 1.3 s) and the page's plotting library
+    # (about 0.4 s) load while the cluster starts; the job waits for them, so that no import holds
+    # the GIL the scheduler in this process needs while the job runs
+    importing = threading.Thread(target=_import_pipeline, args=(plan.write_report,), name="dedup-import",
+                                 daemon=True)
     importing.start()
     try:
         with dask_client(args.scheduler, args.scheduler_file, args.n_workers, args.threads):

@@ -64,16 +64,22 @@ def _plain_counts(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
-    # imported here, when the page is drawn: importing it in a thread while the job ran (to have it
-    # ready) held the GIL the scheduler in this process needs, and the features stage took about a
-    # third longer (README, Performance)
+def plotting() -> Any:
+    """matplotlib's pyplot, drawing to files (Agg, SVG text as text). The CLI imports it while the
+    cluster starts (`dedup.cli._execute`), before the job: imported in a thread while the job ran,
+    it held the GIL the scheduler in this process needs, and the features stage took about a third
+    longer (README, Performance); imported when the page was drawn, it added about 0.4 s after it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     plt.rcParams["svg.fonttype"] = "none"
+    return plt
+
+
+def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
+    plt = plotting()
     out: dict[str, str] = {}
     p = manifest["parameters"]
     hist = manifest.get("similarity_histogram") or []
