@@ -7,12 +7,12 @@
    documented way to make many MinHashes: the permutations are drawn once) and rensa
    RMinHash.update, the peers with Python shingling. Repeats interleaved; median and the ratio
    per repeat.
-2. the whole job on the §7 corpus: datasketch MinHashLSH 16 x 8 (query, then insert, one
-   process), then `dedup run --threads 2` (in this process, no cluster) and `dedup run` on a
-   local cluster of 2 worker processes started as the CLI starts it, its wall time counted from
-   before the cluster starts; `--job-repeats` rounds, medians and the median of the per-round
-   ratios. Each tool starts on a quiet machine: the previous one's processes have exited and the
-   load has settled.
+2. the whole job on the §7 corpus, each tool in a process of its own as a user runs it, timed from
+   starting the process to its exit (interpreter and imports included): datasketch MinHashLSH
+   16 x 8 (a script: query, then insert), `dedup run --threads 2` (no cluster) and `dedup run
+   --n-workers 2` (a local cluster of 2 worker processes, its start included); `--job-repeats`
+   rounds, medians and the median of the per-round ratios. Each tool starts on a quiet machine:
+   the previous one's processes have exited and the load has settled.
 3. where dedup's time goes: the one-core steps of the features stage and the job's stages
    (`benchmarks/stage_profile.py`), for this build and, with --baseline, for earlier ones
    (runs interleaved: build after build, `repeats` rounds, so a slow minute hits them all).
@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psutil  # noqa: E402
-from corpus import corpus_frame, write_corpus  # noqa: E402
+from corpus import corpus_frame, run_cli, write_corpus  # noqa: E402
 
 from dedup import signatures  # noqa: E402
 from dedup.text import shingles  # noqa: E402
@@ -45,15 +45,18 @@ RESULTS = Path(__file__).parent / "results"
 
 
 class PeakRSS:
-    """Samples the RSS of this process and all its children every 50 ms: the peak of their sum, and
-    the peak of the largest Dask worker alone (a process started by multiprocessing's spawn, as
-    local clusters start their workers: a `dedup run` subprocess is counted in the sum only), and
-    the peak of the largest child process of any kind (`dedup run --threads` works in its own)."""
+    """Samples the RSS of this process (unless `children_only`) and all its children every 50 ms: the
+    peak of their sum, the peak of the largest Dask worker alone (a process started by
+    multiprocessing's spawn, or forked by its forkserver, as local clusters start their workers: a
+    `dedup run` subprocess and the forkserver itself are counted in the sum only), and the peak of
+    the largest child process of any kind (`dedup run --threads` works in its own). The sum counts
+    pages that processes share (a forked worker's, with the forkserver's) once a process."""
 
-    def __init__(self) -> None:
+    def __init__(self, children_only: bool = False) -> None:
         self.peak = 0
         self.child_peak = 0
         self.process_peak = 0  # the largest child process of any kind (a `dedup run --threads` subprocess)
+        self.children_only = children_only
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -61,12 +64,12 @@ class PeakRSS:
         me = psutil.Process(os.getpid())
         worker: dict[int, bool] = {}
         while not self._stop.is_set():
-            total = me.memory_info().rss
+            total = 0 if self.children_only else me.memory_info().rss
             for p in me.children(recursive=True):
                 try:
                     rss = p.memory_info().rss
                     if p.pid not in worker:
-                        worker[p.pid] = any("spawn_main" in a for a in p.cmdline())
+                        worker[p.pid] = _is_worker(p)
                 except psutil.Error:
                     continue
                 total += rss
@@ -83,6 +86,14 @@ class PeakRSS:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _is_worker(p: psutil.Process) -> bool:
+    """A process multiprocessing started for a Dask worker: spawned, or a fork of the forkserver."""
+    if any("spawn_main" in a for a in p.cmdline()):
+        return True
+    parent = p.parent()
+    return parent is not None and any("multiprocessing.forkserver" in a for a in parent.cmdline())
 
 
 def sig_dedup(texts: Sequence[str]) -> None:
@@ -133,12 +144,14 @@ def bench_signatures(texts: Sequence[str], repeats: int) -> list[dict]:
 
 
 def _working_children() -> list[psutil.Process]:
-    """This process's children but multiprocessing's resource tracker (started with the first local
-    cluster, it lives as long as this process and uses no CPU)."""
+    """This process's children but multiprocessing's resource tracker and forkserver (started with the
+    first local cluster in this process, they live as long as it and use no CPU once started)."""
     out = []
     for p in psutil.Process(os.getpid()).children(recursive=True):
         try:
-            if not any("resource_tracker" in a for a in p.cmdline()):
+            line = " ".join(p.cmdline())
+            helper = "resource_tracker" in line or ("multiprocessing.forkserver" in line and p.ppid() == os.getpid())
+            if not helper:
                 out.append(p)
         except psutil.Error:
             pass
@@ -158,48 +171,56 @@ def quiet(settle: float = 2.0, timeout: float = 60.0) -> None:
 
 
 def run_dedup_job(src: Path, workers: int, threads: bool = False) -> tuple[float, PeakRSS, dict]:
-    """`dedup run` on a fresh local cluster, started as the CLI starts it (`dedup.runtime.dask_client`:
-    the workers load the kernels as they start), or with `threads` in this process on that many
-    threads (`--threads`, no cluster): seconds from before the cluster starts (or the kernels
-    load) to the commit, the memory peaks (all processes, and the largest worker), the manifest."""
-    from dedup.pipeline import run
-    from dedup.runtime import dask_client
-
+    """`dedup run SRC OUT` as a user runs it, in a process of its own: on a local cluster of `workers`
+    worker processes, or with `threads` on that many threads (`--threads`, no cluster). Seconds from
+    starting the process to its exit (interpreter, imports, planning, cluster start, the job, the
+    page and the commit), the memory peaks of its processes (all, and the largest worker), the manifest."""
     quiet()
     out = Path(tempfile.mkdtemp(prefix="dedup-bench-out-")) / "out"
-    with PeakRSS() as mem:
-        start = time.perf_counter()
-        with dask_client(n_workers=None if threads else workers, threads=workers if threads else None):
-            manifest = run(str(src), str(out))
-            secs = time.perf_counter() - start
+    runtime = ["--threads", str(workers)] if threads else ["--n-workers", str(workers)]
+    with PeakRSS(children_only=True) as mem:
+        manifest, secs = run_cli(src, out, None, *runtime)
     shutil.rmtree(out.parent, ignore_errors=True)
     return secs, mem, manifest
 
 
 def run_datasketch_job(src: Path) -> tuple[float, int]:
-    """MinHashLSH 16 x 8 as its docs show it: MinHash.bulk per batch, query, then insert."""
+    """MinHashLSH 16 x 8 as its docs show it, in a process of its own as a user's script runs
+    (`datasketch_job`): seconds from starting the process to its exit, and its peak RSS."""
+    import subprocess
+
+    quiet()
+    code = f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import speed; " \
+           f"speed.datasketch_job({str(src)!r})"
+    with PeakRSS(children_only=True) as mem:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+        secs = time.perf_counter() - start
+    return secs, mem.peak
+
+
+def datasketch_job(src: str) -> None:
+    """The datasketch job: read the Parquet, MinHash.bulk per batch of 10,000 (its documented way for
+    many documents), query then insert each into MinHashLSH 16 x 8, write the kept rows."""
     import pandas as pd
     from datasketch import MinHash, MinHashLSH
 
-    quiet()
-    with PeakRSS() as mem:
-        start = time.perf_counter()
-        frame = pd.read_parquet(src)
-        lsh = MinHashLSH(threshold=0.8, num_perm=128, params=(16, 8))
-        keep = []
-        ids, texts = frame["id"].tolist(), frame["text"].tolist()
-        for lo in range(0, len(ids), 10_000):
-            batch = MinHash.bulk(([s.encode("utf-8") for s in shingles(t)] for t in texts[lo:lo + 10_000]),
-                                 num_perm=128, seed=1)
-            for doc_id, m in zip(ids[lo:lo + 10_000], batch):
-                if not lsh.query(m):
-                    keep.append(doc_id)
-                lsh.insert(doc_id, m)
-        out = Path(tempfile.mkdtemp(prefix="ds-bench-out-"))
+    frame = pd.read_parquet(src)
+    lsh = MinHashLSH(threshold=0.8, num_perm=128, params=(16, 8))
+    keep = []
+    ids, texts = frame["id"].tolist(), frame["text"].tolist()
+    for lo in range(0, len(ids), 10_000):
+        batch = MinHash.bulk(([s.encode("utf-8") for s in shingles(t)] for t in texts[lo:lo + 10_000]),
+                             num_perm=128, seed=1)
+        for doc_id, m in zip(ids[lo:lo + 10_000], batch):
+            if not lsh.query(m):
+                keep.append(doc_id)
+            lsh.insert(doc_id, m)
+    out = Path(tempfile.mkdtemp(prefix="ds-bench-out-"))
+    try:
         frame[frame["id"].isin(set(keep))].to_parquet(out / "kept.parquet")
-        secs = time.perf_counter() - start
-    shutil.rmtree(out, ignore_errors=True)
-    return secs, mem.peak
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def profile_section(src: Path, n: int, workers: int, baselines: Sequence[Path], repeats: int) -> dict:
@@ -310,7 +331,7 @@ def main() -> None:
             job_s = statistics.median(jobs)
             report["job"][mode] = {"dedup_seconds": [d[0] for d in runs], "dedup_job_seconds": jobs,
                                    "dedup_peak_rss": d_peak, "dedup_worker_peak_rss": d_worker, "ratios": ratios}
-            processes = "1" if mode == "threads" else f"{args.workers} workers + client"
+            processes = "1" if mode == "threads" else f"{args.workers} workers + client + forkserver"
             worker = "-" if mode == "threads" else f"{d_worker / 2**20:,.0f}"
             print(f"| {label} | {processes} | {d_secs:.1f} | {n / d_secs:,.0f} | {job_s:.1f} | "
                   f"{n / (args.workers * job_s):,.0f} | {d_peak / 2**20:,.0f} | {worker} | "
@@ -321,12 +342,13 @@ def main() -> None:
               "| 1.0 |")
         print(f"\nper repeat: dedup {'; '.join(per_repeat)}; datasketch {', '.join(f'{p[0]:.1f}' for p in peer_runs)} s. "
               f"Docs per CPU-second of job time: documents / ({args.workers} x job seconds). Peak RSS of all "
-              "processes includes this benchmark's own (the corpus it generated).")
+              "processes: the tool's own (on Linux a local cluster's include the forkserver its workers are "
+              "forked from, whose pages they share and which the sum counts in each).")
 
         report["profile"] = profile_section(src, n, args.workers, args.baseline, args.repeats)
 
         scale = []
-        print("\n### scaling: dedup run, 2 local workers (cluster start included)\n")
+        print("\n### scaling: dedup run, 2 local workers (its process, cluster start included)\n")
         print("| documents | seconds | µs per document | docs per second | peak RSS, all processes (MiB) | "
               "peak RSS of one worker (MiB) | clusters |")
         print("|---:|---:|---:|---:|---:|---:|---:|")
