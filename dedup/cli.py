@@ -201,25 +201,34 @@ def _local_cluster(args: argparse.Namespace) -> bool:
 
 def _prepare(args: argparse.Namespace) -> Any:
     """Everything that can be checked without a cluster: parameters, paths, inputs, protected files."""
-    from dedup import plan
-
     _check_runtime(args)
-    if _local_cluster(args):  # the workers' modules and kernels load while the job is planned
-        from dedup.runtime import start_forkserver
-
-        start_forkserver()
     params = _params(args)
     near = args.command in ("run", "near")
     protected = getattr(args, "protected", [])
     if args.command == "decontaminate" and not protected:
         raise UsageError("`dedup decontaminate` needs at least one --protected FILE.")
+    if not _local_cluster(args):
+        return _plan(args, params, near, protected)
+    from dedup.runtime import start_forkserver, stop_forkserver
+
+    start_forkserver()  # the workers' modules and kernels load while the job is planned
+    try:
+        return _plan(args, params, near, protected)
+    except BaseException:
+        stop_forkserver()  # refused: nothing will be forked from it
+        raise
+
+
+def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str]) -> Any:
+    from dedup import plan
+
     return plan.prepare(args.input, args.output, protected=protected, near=near, id_column=args.id_column,
-                            text_column=args.text_column, params=params,
-                            drop=not getattr(args, "keep_duplicates", False), overwrite=args.overwrite,
-                            components=getattr(args, "components", "auto"), features_on_disk=args.features_on_disk,
-                            dry_run=args.dry_run, write_report=not args.no_report,
-                            against=getattr(args, "against", []), skip_existing=getattr(args, "skip_existing", False),
-                            write_index=near and not getattr(args, "no_index", False))
+                        text_column=args.text_column, params=params,
+                        drop=not getattr(args, "keep_duplicates", False), overwrite=args.overwrite,
+                        components=getattr(args, "components", "auto"), features_on_disk=args.features_on_disk,
+                        dry_run=args.dry_run, write_report=not args.no_report,
+                        against=getattr(args, "against", []), skip_existing=getattr(args, "skip_existing", False),
+                        write_index=near and not getattr(args, "no_index", False))
 
 
 def _import_pipeline(report: bool) -> None:

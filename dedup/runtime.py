@@ -135,6 +135,22 @@ def start_forkserver() -> bool:
     return True
 
 
+def stop_forkserver() -> None:
+    """End the forkserver this process started, if any (a run refused before its cluster starts: the
+    forkserver would otherwise finish loading the job's modules, for nothing, after `dedup` exits)."""
+    global _forkserver_environ
+    if _forkserver_environ is None:
+        return
+    import signal
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if pid:
+        with contextlib.suppress(OSError):
+            os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+    _forkserver_environ = None
+
+
 def spawn_environ() -> dict[str, str]:
     """The variables Dask sets before it spawns a local worker: its pre-spawn environment with
     `MALLOC_ENVIRON` (`worker_environ`), a variable already in this process's environment keeping

@@ -163,3 +163,40 @@ def test_local_workers_are_forked_from_a_preloaded_process_started_with_their_en
         assert "multiprocessing.forkserver" not in w["parent"], w
         assert w["loaded"]
         assert w["env"] == {"MALLOC_TRIM_THRESHOLD_": "262144", "MALLOC_MMAP_THRESHOLD_": mmap, "OMP_NUM_THREADS": "1"}
+
+
+def _forkservers() -> set[int]:
+    """Live forkserver processes on this machine."""
+    import psutil
+
+    out = set()
+    for p in psutil.process_iter(["cmdline", "status"]):
+        line = " ".join(p.info["cmdline"] or [])
+        if "multiprocessing.forkserver import main" in line and p.info["status"] != psutil.STATUS_ZOMBIE:
+            out.add(p.pid)
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="local workers are forked on Linux only")
+def test_a_run_refused_before_its_cluster_leaves_no_forkserver_behind(tmp_path) -> None:
+    """`dedup run` starts the forkserver before planning; a run refused while planning (here OUTPUT
+    inside INPUT) ends it, rather than leave it loading the job's modules after `dedup` exited."""
+    import time
+
+    import pandas as pd
+
+    data = tmp_path / "data"
+    data.mkdir()
+    pd.DataFrame({"id": ["a"], "text": ["one short text"]}).to_parquet(data / "part-0.parquet")
+    before = _forkservers()
+    # output to files, not pipes: a caller reading pipes until they close would also wait for a
+    # forkserver left behind (it inherits them), and never see it
+    with open(tmp_path / "err", "w") as err:
+        code = subprocess.run([sys.executable, "-m", "dedup", "run", str(data), str(data / "out")], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=err, timeout=120).returncode
+    message = (tmp_path / "err").read_text()
+    assert code == 2 and "lies inside the input" in message, message
+    deadline = time.monotonic() + 0.5  # the kill is sent before `dedup` exits; let it land
+    while _forkservers() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _forkservers() - before
