@@ -317,11 +317,13 @@ def _tune(args: argparse.Namespace) -> None:
 
 
 def _demo(args: argparse.Namespace) -> dict[str, Any]:
+    from dedup.runtime import dask_client, start_forkserver
+
+    start_forkserver()  # the workers' modules and kernels load while the example is written
     import pandas as pd
 
     from dedup import pipeline
     from dedup.corpus import generate, protected_example
-    from dedup.runtime import dask_client
 
     root = Path(args.output)
     inp, out = root / "input", root / "output"
