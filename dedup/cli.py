@@ -20,6 +20,7 @@ from dedup.config import (
     COMPONENT_MODES,
     CONFIRM_MODES,
     DEFAULT_SHINGLE_SIZE,
+    PARTITION_ROWS,
     SHINGLE_UNITS,
     Params,
 )
@@ -88,6 +89,11 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
     r.add_argument("--threads", type=int, metavar="N",
                    help="no cluster: run in this process on N threads (fastest on one machine, for a corpus whose "
                         "features, about 0.6 KB a document, fit its memory; nothing spills to disk)")
+    r.add_argument("--partition-rows", type=int, metavar="N", default=None,
+                   help=f"read consecutive small shards together until a partition holds N rows (default "
+                        f"{PARTITION_ROWS:,}; a larger file is a partition of its own): fewer, larger partitions "
+                        "mean fewer tasks (faster on a small cluster) and more memory a task; the shards written are the "
+                        "same, the index is laid out by partition")
     o = p.add_argument_group("output")
     o.add_argument("--overwrite", action="store_true",
                    help="replace an earlier dedup output (a directory with _dedup.json) once the new output is complete; "
@@ -183,6 +189,8 @@ def _check_runtime(args: argparse.Namespace) -> None:
     if args.scheduler_file and not Path(args.scheduler_file).is_file():
         raise UsageError(f"--scheduler-file {args.scheduler_file!r} does not exist; start the scheduler with "
                          "`dask scheduler --scheduler-file FILE` first, or give --scheduler ADDRESS.")
+    if args.partition_rows is not None and args.partition_rows < 1:
+        raise UsageError(f"--partition-rows must be an integer >= 1. Got {args.partition_rows} instead.")
     if args.n_workers is not None and args.n_workers < 1:
         raise UsageError(f"--n-workers must be an integer >= 1. Got {args.n_workers} instead.")
     if args.threads is not None:
@@ -228,7 +236,8 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
                         components=getattr(args, "components", "auto"), features_on_disk=args.features_on_disk,
                         dry_run=args.dry_run, write_report=not args.no_report,
                         against=getattr(args, "against", []), skip_existing=getattr(args, "skip_existing", False),
-                        write_index=near and not getattr(args, "no_index", False))
+                        write_index=near and not getattr(args, "no_index", False),
+                        partition_rows=args.partition_rows or PARTITION_ROWS)
 
 
 def _import_pipeline(report: bool) -> None:

@@ -15,6 +15,9 @@ SHINGLE_UNITS = ("word", "char")
 """What a shingle is made of: consecutive words, or consecutive characters of the normalised text."""
 DEFAULT_SHINGLE_SIZE = {"word": 5, "char": 5}
 """shingle_size when none is given, per shingle unit."""
+PARTITION_ROWS = 25_000
+"""Consecutive small shards are read together until a partition holds this many rows (or
+`dedup.shards.PARTITION_BYTES`); `--partition-rows` chooses another bound."""
 COMPONENT_MODES = ("auto", "client", "distributed")
 CLIENT_COMPONENT_EDGES = 20_000_000
 """`components="auto"` joins the confirmed edges on the client up to this many (16 bytes each there,

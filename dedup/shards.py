@@ -25,14 +25,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dedup.config import PARTITION_ROWS
 from dedup.safety import UsageError, is_url
 from dedup.text import TEXT_DTYPE
 
 CLUSTER_COLUMN = "minhash_cluster"
-PARTITION_ROWS = 25_000
-"""Consecutive small shards are read together until a partition holds this many rows..."""
 PARTITION_BYTES = 64 * 2**20
-"""... or this many uncompressed bytes; a larger file is one partition of its own."""
+"""... or this many uncompressed bytes (`PARTITION_ROWS`, in `dedup.config`, bounds the rows); a larger
+file is one partition of its own."""
 
 
 @dataclass(frozen=True)

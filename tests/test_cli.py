@@ -19,7 +19,8 @@ def test_help_describes_every_option() -> None:
     out = _run("run", "--help").stdout
     for opt in ("--id-column", "--text-column", "--threshold", "--num-perm", "--num-bands", "--rows-per-band",
                 "--shingle-size", "--ngram-size", "--seed", "--confirm", "--keep-duplicates", "--scheduler",
-                "--scheduler-file", "--n-workers", "--threads", "--overwrite", "--verbose", "--protected"):
+                "--scheduler-file", "--n-workers", "--threads", "--partition-rows", "--overwrite", "--verbose",
+                "--protected"):
         assert opt in out
     top = _run("--help").stdout
     for cmd in ("run", "near", "decontaminate", "tune", "demo"):
@@ -58,6 +59,26 @@ def test_usage_errors_exit_2_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
     missing = _run("near", str(tmp_path / "nope"), str(tmp_path / "out"), "--n-workers", "1")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+    rows = _run("run", str(tmp_path / "in"), str(tmp_path / "out"), "--partition-rows", "0")
+    assert rows.returncode == 2
+    assert rows.stderr.strip().splitlines()[-1] == "dedup: error: --partition-rows must be an integer >= 1. Got 0 instead."
+
+
+def test_partition_rows_groups_small_shards_and_the_shards_written_are_the_same(tmp_path: Path,
+                                                                                corpus_frame: pd.DataFrame) -> None:
+    """`--partition-rows` decides how many consecutive small shards a partition reads; the shards
+    written do not depend on it (a real `dedup run` subprocess each, on 2 local workers)."""
+    src = write_shards(corpus_frame, tmp_path / "in", 6)
+    per_shard = -(-len(corpus_frame) // 6)
+    runs = {}
+    for name, rows in (("one", per_shard), ("three", 3 * per_shard)):
+        res = _run("run", str(src), str(tmp_path / name), "--partition-rows", str(rows), "--n-workers", "2")
+        assert res.returncode == 0, res.stderr
+        runs[name] = json.loads((tmp_path / name / "_dedup.json").read_text())
+    assert runs["one"]["partitions"] == 6 and runs["three"]["partitions"] == 2
+    for shard in sorted(src.iterdir()):
+        assert (tmp_path / "one" / shard.name).read_bytes() == (tmp_path / "three" / shard.name).read_bytes()
+    assert runs["one"]["near_duplicates_dropped"] == runs["three"]["near_duplicates_dropped"] > 0
 
 
 def test_run_against_real_scheduler_and_workers(dask_processes: Path, tmp_path: Path, corpus_frame: pd.DataFrame,
