@@ -155,11 +155,7 @@ def spawn_environ() -> dict[str, str]:
     """The variables Dask sets before it spawns a local worker: its pre-spawn environment with
     `MALLOC_ENVIRON` (`worker_environ`), a variable already in this process's environment keeping
     its value, and a fixed PYTHONHASHSEED unless one is set (as `distributed.Nanny` does)."""
-    import dask
-
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
-        config = dask.config.get("distributed.nanny.pre-spawn-environ")
-    env = {k: os.environ.get(k, str(v)) for k, v in config.items() if v is not None}
+    env = {k: os.environ.get(k, str(v)) for k, v in worker_environ().items() if v is not None}
     if env.get("PYTHONHASHSEED") in (None, "0"):
         env["PYTHONHASHSEED"] = "6640"
     return env
