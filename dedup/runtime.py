@@ -107,10 +107,11 @@ def start_forkserver() -> bool:
     with another environment (the user's variables changed since), is not used: workers are spawned."""
     global _forkserver_environ
     import dask
-    import distributed  # noqa: F401  (its configuration defaults: the pre-spawn environment, the method)
 
+    distributed_defaults()  # the pre-spawn environment and the method, without importing distributed
     method = dask.config.get("distributed.worker.multiprocessing-method")
-    if not sys.platform.startswith("linux") or method not in ("spawn", "forkserver"):
+    if (not sys.platform.startswith("linux") or method not in ("spawn", "forkserver")
+            or dask.config.get("multiprocessing-method", None) is not None):  # (its deprecated name, set)
         return False
     import multiprocessing
     from multiprocessing import forkserver
@@ -133,6 +134,28 @@ def start_forkserver() -> bool:
                 os.environ[k] = v
     _forkserver_environ = environ
     return True
+
+
+def distributed_defaults() -> None:
+    """Add distributed's configuration defaults to dask's (what `import distributed` does first), from
+    its `distributed.yaml`, without importing it: that import took about 0.5 s, and the forkserver
+    starts only once its environment is known. Importing distributed later adds the same defaults
+    again, which changes nothing; a value you set (a file, DASK_* variables) is kept by both."""
+    import importlib.util
+
+    import dask
+    import yaml
+
+    spec = importlib.util.find_spec("distributed")
+    folder = next(iter(spec.submodule_search_locations or []), None) if spec else None
+    try:
+        with open(os.path.join(str(folder), "distributed.yaml")) as fh:
+            defaults = yaml.safe_load(fh)
+    except (OSError, TypeError, yaml.YAMLError):
+        import distributed  # noqa: F401  (its own way, should the file not be where it always is)
+
+        return
+    dask.config.update_defaults(defaults)
 
 
 def stop_forkserver() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -178,25 +179,62 @@ def _forkservers() -> set[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="local workers are forked on Linux only")
-def test_a_run_refused_before_its_cluster_leaves_no_forkserver_behind(tmp_path) -> None:
-    """`dedup run` starts the forkserver before planning; a run refused while planning (here OUTPUT
-    inside INPUT) ends it, rather than leave it loading the job's modules after `dedup` exited."""
+@pytest.mark.parametrize("ending", ["refused", "finished"])
+def test_dedup_leaves_no_forkserver_behind(tmp_path, ending: str) -> None:
+    """`dedup run` starts the forkserver before planning and ends it before it exits: a run refused
+    while planning (here OUTPUT inside INPUT), rather than leave it loading the job's modules after
+    `dedup` exited; a finished run, rather than leave it tearing its modules down while it holds
+    the caller's pipes open."""
     import time
 
     import pandas as pd
 
     data = tmp_path / "data"
     data.mkdir()
-    pd.DataFrame({"id": ["a"], "text": ["one short text"]}).to_parquet(data / "part-0.parquet")
+    pd.DataFrame({"id": ["a", "b"], "text": ["one short text", "another short text"]}).to_parquet(
+        data / "part-0.parquet")
+    out = data / "out" if ending == "refused" else tmp_path / "out"
     before = _forkservers()
     # output to files, not pipes: a caller reading pipes until they close would also wait for a
     # forkserver left behind (it inherits them), and never see it
     with open(tmp_path / "err", "w") as err:
-        code = subprocess.run([sys.executable, "-m", "dedup", "run", str(data), str(data / "out")], cwd=tmp_path,
-                              stdout=subprocess.DEVNULL, stderr=err, timeout=120).returncode
+        code = subprocess.run([sys.executable, "-m", "dedup", "run", str(data), str(out), "--n-workers", "1"],
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err, timeout=120).returncode
     message = (tmp_path / "err").read_text()
-    assert code == 2 and "lies inside the input" in message, message
+    if ending == "refused":
+        assert code == 2 and "lies inside the input" in message, message
+    else:
+        assert code == 0 and (out / "part-0.parquet").exists(), message
     deadline = time.monotonic() + 0.5  # the kill is sent before `dedup` exits; let it land
     while _forkservers() - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _forkservers() - before
+
+
+DEFAULTS = """
+import json, sys
+import dask
+from dedup.runtime import distributed_defaults
+distributed_defaults()
+early = {"imported": "distributed" in sys.modules, "config": dask.config.config}
+early = json.loads(json.dumps(early, default=str))
+import distributed
+late = json.loads(json.dumps(dask.config.config, default=str))
+print(json.dumps({"imported": early["imported"], "same": early["config"] == late,
+                  "method": dask.config.get("distributed.worker.multiprocessing-method"),
+                  "trim": dask.config.get("distributed.nanny.pre-spawn-environ")["MALLOC_TRIM_THRESHOLD_"]}))
+"""
+
+
+@pytest.mark.parametrize("method", [None, "fork"])
+def test_distributed_defaults_are_those_of_importing_distributed_without_importing_it(method: str | None) -> None:
+    """The forkserver starts once the workers' method and environment are known; they come from
+    distributed's configuration defaults, read without importing distributed (about 0.5 s): the
+    configuration is then what importing distributed makes it, a value the user set included."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    if method:
+        env["DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"] = method
+    out = subprocess.run([sys.executable, "-c", DEFAULTS], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got == {"imported": False, "same": True, "method": method or "spawn", "trim": 65536}
