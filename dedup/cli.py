@@ -437,8 +437,10 @@ def entry() -> None:
     gone, it took 0.6 to 0.7 s to tear its own modules down, holding this process's stdout and
     stderr open the whole time, so that a caller reading them (`subprocess.run(capture_output=True)`,
     a pipe, `$(dedup ...)`) waited that long after `dedup` had exited."""
-    code = main()
-    stop_forkserver()
+    try:
+        code = main()
+    finally:
+        stop_forkserver()  # also when an exception escapes (--verbose)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
