@@ -119,7 +119,7 @@ def start_forkserver() -> bool:
     environ = spawn_environ()
     if _forkserver_environ is not None:  # (should it have died, Dask starts it again with that environment)
         return environ == _forkserver_environ
-    if getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None) is not None:
+    if _forkserver_pid() is not None:
         return False  # started by someone else, with other modules and perhaps another environment
     multiprocessing.get_context("forkserver").set_forkserver_preload([FORKSERVER_PRELOAD])
     saved = {k: os.environ.get(k) for k in environ}
@@ -158,16 +158,23 @@ def distributed_defaults() -> None:
     dask.config.update_defaults(defaults)
 
 
+def _forkserver_pid() -> int | None:
+    """The pid of this process's running forkserver (multiprocessing keeps it in a private attribute)."""
+    from multiprocessing import forkserver
+
+    return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+
+
 def stop_forkserver() -> None:
-    """End the forkserver this process started, if any (a run refused before its cluster starts: the
-    forkserver would otherwise finish loading the job's modules, for nothing, after `dedup` exits)."""
+    """End the forkserver this process started, if any: after a run refused before its cluster starts
+    (it would otherwise finish loading the job's modules, for nothing), and as `dedup` exits (it would
+    otherwise tear its modules down while holding the caller's pipes open)."""
     global _forkserver_environ
     if _forkserver_environ is None:
         return
     import signal
-    from multiprocessing import forkserver
 
-    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    pid = _forkserver_pid()
     if pid:
         with contextlib.suppress(OSError):
             os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
