@@ -94,7 +94,7 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
                    help=f"read consecutive small shards together until a partition holds N rows (default "
                         f"{PARTITION_ROWS:,}; a larger file is a partition of its own): fewer, larger partitions "
                         "mean fewer tasks (faster on a small cluster) and more memory a task; the shards written are the "
-                        "same; the index is laid out by partition, and the report's matched documents can differ")
+                        "same, and so is the report; the index is laid out by partition")
     o = p.add_argument_group("output")
     o.add_argument("--overwrite", action="store_true",
                    help="replace an earlier dedup output (a directory with _dedup.json) once the new output is complete; "

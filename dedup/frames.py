@@ -362,22 +362,21 @@ def payload_sigs(column: pd.Series, num_perm: int) -> NDArray[np.uint32]:
     return data.view("<u4").reshape(len(arr), num_perm).astype(np.uint32)
 
 
-def left_payload_meta(params: Params, id_meta: pd.Series) -> pd.DataFrame:
+def left_payload_meta(params: Params) -> pd.DataFrame:
     cols: dict[str, Any] = {"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
-                            "same": pd.Series(dtype=bool), "left_id": id_meta.iloc[:0]}
+                            "same": pd.Series(dtype=bool)}
     cols["_sig"] = sig_payload(np.zeros((0, params.num_perm), dtype=np.uint32))
     if params.confirm == "exact":
         cols["_shingles"] = pd.Series(dtype=object)
     return pd.DataFrame(cols)
 
 
-def scored_meta(id_meta: pd.Series) -> pd.DataFrame:
-    """A scored pair: both ids, its signature estimate, its exact Jaccard (NaN unless exact);
-    `same` pairs (identical words) are confirmed with similarity 1, unscored."""
-    return pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
-                         "same": pd.Series(dtype=bool), "left_id": id_meta.iloc[:0], "right_id": id_meta.iloc[:0],
-                         "estimate": pd.Series(dtype=np.float32), "jaccard": pd.Series(dtype=np.float32),
-                         "confirmed": pd.Series(dtype=bool)})
+SCORED_META = pd.DataFrame({
+    "left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64), "same": pd.Series(dtype=bool),
+    "estimate": pd.Series(dtype=np.float32), "jaccard": pd.Series(dtype=np.float32), "confirmed": pd.Series(dtype=bool)})
+"""A scored pair (keys only: ids are looked up where a component's members meet, `with_ids`): its
+signature estimate, its exact Jaccard (NaN unless exact); `same` pairs (identical words) are
+confirmed with similarity 1, unscored."""
 
 
 def rows_of(feat: pd.DataFrame, keys: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -386,32 +385,19 @@ def rows_of(feat: pd.DataFrame, keys: NDArray[np.int64]) -> NDArray[np.int64]:
     return np.searchsorted(feat["doc"].to_numpy(np.int64), keys)
 
 
-def _ids_at(feat: pd.DataFrame, keys: NDArray[np.int64]) -> NDArray[Any]:
-    return feat["_id"].to_numpy()[rows_of(feat, keys)]
+GRAPH_META = PAIR_META
+"""The graph's edges: (left, right) document keys."""
 
 
-def same_text_pairs_with_ids(feat: pd.DataFrame) -> pd.DataFrame:
-    """Same-text pairs inside one partition, with both ids."""
-    pairs = same_text_edges(feat)
-    return pairs.assign(left_id=_ids_at(feat, pairs["left"].to_numpy(np.int64)),
-                        right_id=_ids_at(feat, pairs["right"].to_numpy(np.int64)))
-
-
-GRAPH_COLUMNS = ["left", "right", "left_id", "right_id", "estimate", "jaccard"]
-"""A confirmed pair: both keys, both ids, its signature estimate and exact Jaccard (NaN unless exact)."""
-
-
-def graph_pairs(scored: pd.DataFrame, feat: pd.DataFrame, n_new: int, exact: bool,
+def graph_pairs(scored: pd.DataFrame, feat: pd.DataFrame, n_new: int,
                 partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
-    """One partition's confirmed pairs (`GRAPH_COLUMNS`): its scored pairs that were confirmed, then, on a
-    partition of this run's documents (below `n_new`), the same-text pairs inside it, with similarity 1.
+    """One partition's graph edges (left, right): its scored pairs that were confirmed, then, on a
+    partition of this run's documents (below `n_new`), the same-text pairs inside it.
     One task a partition, where a concatenation of the two frames made two (and a partition each)."""
-    confirmed = scored[scored["confirmed"].to_numpy(bool)][GRAPH_COLUMNS]
+    confirmed = scored[scored["confirmed"].to_numpy(bool)][["left", "right"]]
     if partition_info is None or partition_info["number"] >= n_new:
         return confirmed.reset_index(drop=True)
-    same = same_text_pairs_with_ids(feat).assign(estimate=np.float32(1.0),
-                                                 jaccard=np.float32(1.0 if exact else np.nan))[GRAPH_COLUMNS]
-    return concat_rows([confirmed, same])
+    return concat_rows([confirmed, same_text_edges(feat)])
 
 
 def concat_rows(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
@@ -437,17 +423,17 @@ def shingle_sets(texts: list[str | None], shingle_size: int,
 def pairs_with_left(routes: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
                     params: Params) -> pd.DataFrame:
     """At the partition of each pair's left document: one row per distinct pair (`confirm_routes`
-    rows), with the left id and, for pairs to score, what scoring needs from the left side (its
+    rows), with, for pairs to score, what scoring needs from the left side (its
     signature, and for exact Jaccard its shingle hashes)."""
     if routes.empty:
-        return left_payload_meta(params, feat["_id"])
+        return left_payload_meta(params)
     routes = _distinct_routes(routes["left"].to_numpy(np.int64), routes["right"].to_numpy(np.int64),
                               routes["same"].to_numpy(bool))  # distinct across the bucket ranges that sent them
     lo, hi = routes["left"].to_numpy(np.int64), routes["right"].to_numpy(np.int64)
     same = routes["same"].to_numpy(bool)
     rows = rows_of(feat, lo)
     sigs = signatures_of(feat, params.num_perm, rows)
-    out = pd.DataFrame({"left": lo, "right": hi, "same": same, "left_id": feat["_id"].to_numpy()[rows]})
+    out = pd.DataFrame({"left": lo, "right": hi, "same": same})
     out = out.assign(_sig=sig_payload(sigs, ~same).values)
     if params.confirm == "estimate":
         return out
@@ -469,7 +455,7 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
     from dedup.minhash import pair_estimates
 
     if len(rows) == 0:
-        return scored_meta(feat["_id"])
+        return SCORED_META.copy()
     rows = rows.reset_index(drop=True)
     same = rows["same"].to_numpy(bool)
     score = np.flatnonzero(~same)
@@ -496,20 +482,8 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
     else:
         confirmed[score] = estimate[score] >= params.threshold
     return pd.DataFrame({"left": rows["left"].to_numpy(np.int64), "right": right_keys, "same": same,
-                         "left_id": rows["left_id"].to_numpy(), "right_id": _ids_at(feat, right_keys),
                          "estimate": estimate.astype(np.float32), "jaccard": jaccard.astype(np.float32),
                          "confirmed": confirmed})
-
-
-def pair_directions(pairs: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:
-    """Each pair (with both ids) as two rows: (doc, matched id) both ways, with its similarities;
-    only the rows of this run's documents (keys below `first_indexed`)."""
-    left, right = pairs["left"].to_numpy(np.int64), pairs["right"].to_numpy(np.int64)
-    est, jac = pairs["estimate"].to_numpy(np.float32), pairs["jaccard"].to_numpy(np.float32)
-    lid, rid = pairs["left_id"].to_numpy(), pairs["right_id"].to_numpy()
-    both = pd.DataFrame({"doc": np.concatenate([left, right]), "matched": np.concatenate([rid, lid]),
-                         "estimate": np.concatenate([est, est]), "jaccard": np.concatenate([jac, jac])})
-    return own_documents(both, first_indexed)
 
 
 def own_documents(rows: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:
@@ -519,38 +493,126 @@ def own_documents(rows: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataF
     return rows[rows["doc"].to_numpy(np.int64) < first_indexed]
 
 
-def match_meta(id_meta: pd.Series) -> pd.DataFrame:
-    return pd.DataFrame({"doc": pd.Series(dtype=np.int64), "matched": id_meta.iloc[:0],
-                         "estimate": pd.Series(dtype=np.float32), "jaccard": pd.Series(dtype=np.float32)})
-
-
-def closest_match(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per document: the row whose neighbour has the smallest id (numeric or string order)."""
-    r = rows.reset_index(drop=True)
-    if not pd.api.types.is_integer_dtype(r["matched"].dtype):
-        r = r.assign(matched=r["matched"].astype(object))
-    first = r.sort_values(["doc", "matched"], kind="stable").drop_duplicates("doc")
-    return first[["doc", "matched", "estimate", "jaccard"]].reset_index(drop=True)
-
-
 MEMBER_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "label": pd.Series(dtype=np.int64)})
 
-
-def with_ids(members: pd.DataFrame, feat: pd.DataFrame) -> pd.DataFrame:
-    """(doc, label) rows at their documents' partition, given each document's id."""
-    ids = feat["_id"].to_numpy()[rows_of(feat, members["doc"].to_numpy(np.int64))]
-    return members[["doc", "label"]].reset_index(drop=True).assign(_id=ids)
+OTHER = "other"
+"""In `with_ids` rows for matches: -1 on a member's row; on a pair's row, the key of the document
+that `doc` was confirmed against (a pair of different texts)."""
 
 
-def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:
+def component_rows_meta(id_meta: pd.Series, matches: bool) -> pd.DataFrame:
+    """`with_ids` rows: (doc, label, _id), and for matches the text keys and the pair rows' columns."""
+    meta = MEMBER_META.assign(_id=id_meta.iloc[:0])
+    if not matches:
+        return meta
+    return meta.assign(tkey=pd.Series(dtype=np.uint64), tkey2=pd.Series(dtype=np.uint64),
+                       **{OTHER: pd.Series(dtype=np.int64)}, estimate=pd.Series(dtype=np.float32),
+                       jaccard=pd.Series(dtype=np.float32))
+
+
+def with_ids(members: pd.DataFrame, feat: pd.DataFrame, scored: pd.DataFrame | None = None) -> pd.DataFrame:
+    """(doc, label) rows at their documents' partition, given each document's id.
+
+    With `scored` (this partition's scored pairs: each pair's right document is here), for the
+    report's matches: each member's text keys too, and a row per confirmed pair of different texts
+    (doc = its right document, `OTHER` = its left one, its similarities, the right document's
+    label), so that a component's pairs meet its members (`roots_of_components`)."""
+    keys = members["doc"].to_numpy(np.int64)
+    at = rows_of(feat, keys)
+    out = members[["doc", "label"]].reset_index(drop=True).assign(_id=feat["_id"].to_numpy()[at])
+    if scored is None:
+        return out
+    out = out.assign(tkey=feat["tkey"].to_numpy(np.uint64)[at], tkey2=feat["tkey2"].to_numpy(np.uint64)[at],
+                     **{OTHER: np.int64(-1)}, estimate=np.float32(np.nan), jaccard=np.float32(np.nan))
+    pairs = scored[scored["confirmed"].to_numpy(bool) & ~scored["same"].to_numpy(bool)]
+    right = pairs["right"].to_numpy(np.int64)
+    order = np.argsort(keys, kind="stable")
+    pos = np.searchsorted(keys[order], right)
+    if len(right) and (pos.max() >= len(keys) or not np.array_equal(keys[order][pos], right)):
+        raise RuntimeError("A confirmed pair's document has no component label; please report this as a bug.")
+    label = members["label"].to_numpy(np.int64)[order][pos] if len(right) else np.zeros(0, np.int64)
+    n = len(right)
+    at = rows_of(feat, right)
+    rows = pd.DataFrame({"doc": right, "label": label, "_id": feat["_id"].to_numpy()[at],
+                         "tkey": np.zeros(n, np.uint64), "tkey2": np.zeros(n, np.uint64),
+                         OTHER: pairs["left"].to_numpy(np.int64), "estimate": pairs["estimate"].to_numpy(np.float32),
+                         "jaccard": pairs["jaccard"].to_numpy(np.float32)})
+    return concat_rows([out, rows])
+
+
+def closest_matches(doc: NDArray[np.int64], rank: NDArray[np.int64], tkey: NDArray[np.uint64],
+                    tkey2: NDArray[np.uint64], left: NDArray[np.int64], right: NDArray[np.int64],
+                    estimate: NDArray[np.float32], jaccard: NDArray[np.float32], exact: bool
+                    ) -> tuple[NDArray[np.int64], NDArray[np.float32], NDArray[np.float32]]:
+    """Each member's matched document (its position among the members, -1 if none) and that pair's
+    estimate and Jaccard, for one component's (or several whole components') members.
+
+    Members with the same words (tkey, tkey2) are one text. A member's matched document is
+    the one with the smallest `rank` among the other members of its text (similarity 1) and the
+    smallest-ranked member of each text confirmed against its own by a pair (left, right) of
+    different texts (that pair's similarities). Texts, not documents: which copy of a text a pair
+    joins depends on where the copies fall, the answer does not (docs/contract.md, report).
+    """
+    n = len(doc)
+    text = pd.DataFrame({"a": tkey, "b": tkey2}).groupby(["a", "b"], sort=False).ngroup().to_numpy()
+    order = np.lexsort((rank, text))
+    starts = np.flatnonzero(np.r_[True, text[order][1:] != text[order][:-1]]) if n else np.zeros(0, np.int64)
+    first = order[starts]  # per text (ngroup numbers them 0, 1, ...: sorted, text t starts at starts[t])
+    sizes = np.diff(np.r_[starts, n])
+    second = np.where(sizes > 1, order[np.minimum(starts + 1, max(n - 1, 0))], -1)  # its second best
+    own = np.where(first[text] != np.arange(n), first[text], second[text])
+    # pairs of different texts: each side's text gets the other text's best member
+    sorted_doc = np.argsort(doc, kind="stable")
+    a = sorted_doc[np.searchsorted(doc[sorted_doc], left)]
+    b = sorted_doc[np.searchsorted(doc[sorted_doc], right)]
+    apart = text[a] != text[b]
+    a, b, est, jac = a[apart], b[apart], estimate[apart], jaccard[apart]
+    cand_text = np.r_[text[a], text[b]]
+    cand = np.r_[first[text[b]], first[text[a]]]
+    cand_est, cand_jac = np.r_[est, est].astype(np.float32), np.r_[jac, jac].astype(np.float32)
+    best = np.full(len(first), -1, np.int64)
+    best_est = np.full(len(first), np.nan, np.float32)
+    best_jac = np.full(len(first), np.nan, np.float32)
+    if len(cand):
+        o = np.lexsort((-cand_est, rank[cand], cand_text))
+        top = o[np.r_[True, cand_text[o][1:] != cand_text[o][:-1]]]
+        best[cand_text[top]], best_est[cand_text[top]], best_jac[cand_text[top]] = cand[top], cand_est[top], cand_jac[top]
+    cross = best[text]
+    big = np.iinfo(np.int64).max
+    use_cross = (cross >= 0) & ((own < 0) | (np.where(cross >= 0, rank[cross], big) < np.where(own >= 0, rank[own], big)))
+    matched = np.where(use_cross, cross, own)
+    same = np.float32(1.0)
+    out_est = np.where(use_cross, best_est[text], np.where(own >= 0, same, np.float32(np.nan))).astype(np.float32)
+    out_jac = np.where(use_cross, best_jac[text],
+                       np.where(own >= 0, same if exact else np.float32(np.nan), np.float32(np.nan))).astype(np.float32)
+    return matched, out_est, out_jac
+
+
+def roots_meta(id_meta: pd.Series, matches: bool) -> pd.DataFrame:
+    """`roots_of_components` rows: (doc, root, _id), and with matches (matched, estimate, jaccard)."""
+    meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
+    if not matches:
+        return meta
+    return meta.assign(matched=id_meta.iloc[:0], estimate=pd.Series(dtype=np.float32),
+                       jaccard=pd.Series(dtype=np.float32))
+
+
+def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact: bool = False) -> pd.DataFrame:
     """(doc, root) for every member, where root is the smallest id of its component (all of a
     component's rows are in this partition): numeric order for integer ids, string order otherwise.
 
     Documents of an earlier output's index (keys >= first_indexed) always survive: a component
-    holding one has the smallest indexed id as its root, whatever the new ids are.
+    holding one has the smallest indexed id as its root, whatever the new ids are. Rows from
+    `with_ids` with pairs also give each member its matched document (`closest_matches`) and
+    that pair's similarities (Jaccard 1 for identical words when `exact`, else NaN).
     """
+    matches = OTHER in rows.columns
     if rows.empty:
-        return pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": rows["_id"].iloc[:0], "_id": rows["_id"].iloc[:0]})
+        return roots_meta(rows["_id"], matches)
+    pairs = None
+    if matches:
+        other = rows[OTHER].to_numpy(np.int64)
+        pairs, rows = rows[other >= 0], rows[other < 0]
     rows = rows.drop_duplicates("doc")
     ids = rows["_id"]
     if not pd.api.types.is_integer_dtype(ids.dtype):
@@ -565,7 +627,16 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd
     best = np.full(len(labels), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(best, group, rank)
     root = np.asarray(uniques)[best[group] % n]
-    return pd.DataFrame({"doc": doc, "root": root, "_id": ids.to_numpy()})
+    out = pd.DataFrame({"doc": doc, "root": root, "_id": ids.to_numpy()})
+    if pairs is None:
+        return out
+    matched, est, jac = closest_matches(doc, codes.astype(np.int64), rows["tkey"].to_numpy(np.uint64),
+                                        rows["tkey2"].to_numpy(np.uint64), pairs[OTHER].to_numpy(np.int64),
+                                        pairs["doc"].to_numpy(np.int64), pairs["estimate"].to_numpy(np.float32),
+                                        pairs["jaccard"].to_numpy(np.float32), exact)
+    if (matched < 0).any():
+        raise RuntimeError("A clustered document has no matched document; please report this as a bug.")
+    return out.assign(matched=ids.to_numpy()[matched], estimate=est, jaccard=jac)
 
 
 def component_counts(roots: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:

@@ -49,7 +49,8 @@ class Decisions:
     feat: dd.DataFrame
     roots: dd.DataFrame | None
     matches: dd.DataFrame | None = None
-    """(doc, matched, estimate, jaccard) per clustered document at its partition, for the report."""
+    """(doc, matched, estimate, jaccard) per clustered document at its partition, for the report: the
+    roots themselves, when they carry them (`stages.roots` with `scored`)."""
     clusters: pd.DataFrame | None = None
     """For the report: cluster sizes, the largest clusters and their first members (`_clusters`)."""
     examples: pd.DataFrame | None = None
@@ -145,7 +146,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         feat_all = persist(dd.concat([feat, old[list(feat.columns)]]))
         texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
     with Stage(report, "confirm") as stage:
-        graph, pairs, conf = stages.confirm(edges, feat_all, texts, text_column=text_column, params=params,
+        graph, scored, conf = stages.confirm(edges, feat_all, texts, text_column=text_column, params=params,
                                             n_new=feat.npartitions, placement=placement, edge_rows=edge_rows)
         report.similarity_histogram = conf["similarity_histogram"]
         report.candidate_pairs, report.confirmed_pairs = conf["candidate_pairs"], conf["confirmed_pairs"]
@@ -167,7 +168,8 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     with Stage(report, "roots") as stage:
         roots, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement,
                                 placed=mode == "client", edge_rows=conf["graph_edges"],
-                                summary=(_clusters, CLUSTERS_META) if details else None)
+                                summary=(_clusters, CLUSTERS_META) if details else None,
+                                scored=scored if details else None, exact=params.confirm == "exact")
         report.clusters, report.largest_cluster = c["clusters"], c["largest"]
         report.near_duplicates = c["duplicates"]
         report.near_duplicates_of_indexed = c["of_indexed"]
@@ -175,8 +177,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
                          f"{report.near_duplicates} near duplicates")
         if layout is not None:
             stage.summary += f", {report.near_duplicates_of_indexed} of them of earlier outputs' documents"
-    found = stages.matches(pairs, feat, first_indexed, conf["graph_edges"]) if details else None
-    return Decisions(feat, roots, found, c["summary"], examples)
+    return Decisions(feat, roots, roots if details else None, c["summary"], examples)
 
 
 def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sample: pd.DataFrame, id_column: str,

@@ -384,38 +384,36 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
     document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
     then to its right document's, where it is scored. Same-text edges of buckets travel the same
-    two hops (collecting both ids) and are confirmed unscored (similarity 1), as are the same-text
-    pairs inside each partition. Returns the persisted graph (left, right) the components are made
-    of, the persisted confirmed pairs with their similarities (left, right, estimate, jaccard), and
-    counts with a histogram of every candidate's similarity. Partitions from `n_new` on are earlier indexes'
+    two hops and are confirmed unscored (similarity 1), as are the same-text pairs inside each
+    partition. Returns the persisted graph (left, right) the components are made of, the persisted
+    scored pairs (`frames.SCORED_META`, at their right document's partition: the report's matches
+    come from them), and counts with a histogram of every candidate's similarity. Partitions from `n_new` on are earlier indexes'
     documents (never paired with each other), placed by `placement`. `edge_rows`: the bucket edges'
     rows (`buckets` counts them), which bound both hops' rows: small ones take `route_small`."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
-    id_meta = feat._meta["_id"]
     routes = edges.map_partitions(frames.confirm_routes, meta=frames.ROUTED_META)
     src = None if params.confirm == "estimate" else texts
     at_left = dd.map_partitions(frames.pairs_with_left, route(routes, "left", n, placement, edge_rows, 24), feat, src,
-                                text_column, params, meta=frames.left_payload_meta(params, id_meta), align_dataframes=False)
-    # a left payload row: the pair, the left id and signature (exact Jaccard adds shingle hashes of any length)
+                                text_column, params, meta=frames.left_payload_meta(params), align_dataframes=False)
+    # a left payload row: the pair and the left signature (exact Jaccard adds shingle hashes of any length)
     payload_rows = edge_rows if params.confirm == "estimate" else None
     scored = persist(dd.map_partitions(frames.score_at_right, route(at_left, "right", n, placement, payload_rows,
-                                                                    4 * params.num_perm + ID_ROW_BYTES),
-                                       feat, src, text_column, params, meta=frames.scored_meta(id_meta),
+                                                                    4 * params.num_perm + 24),
+                                       feat, src, text_column, params, meta=frames.SCORED_META,
                                        align_dataframes=False))
-    pairs = persist(dd.map_partitions(frames.graph_pairs, scored, feat, n_new, params.confirm == "exact",
-                                      meta=scored._meta[frames.GRAPH_COLUMNS], align_dataframes=False))
-    graph = pairs[["left", "right"]]
+    graph = persist(dd.map_partitions(frames.graph_pairs, scored, feat, n_new, meta=frames.GRAPH_META,
+                                      align_dataframes=False))
     column = "jaccard" if params.confirm == "exact" else "estimate"
     (c, s) = compute(scored.map_partitions(_tally, column, meta={"candidates": "int64", "confirmed": "int64",
                                                                  "same": "int64", "hist": object}),
-                     pairs.map_partitions(_rows, meta=ROWS_META))
+                     graph.map_partitions(_rows, meta=ROWS_META))
     hist = np.sum(np.stack(c["hist"].to_list()), axis=0) if len(c) else np.zeros(SIMILARITY_BINS, np.int64)
     confirmed, edges_total = int(c["confirmed"].sum()), int(s["n"].sum())
     counts: dict[str, Any] = {"candidate_pairs": int(c["candidates"].sum()), "confirmed_pairs": confirmed,
                               "same_text_pairs": edges_total - confirmed, "graph_edges": edges_total,
                               "similarity_histogram": [int(x) for x in hist]}
-    return graph, pairs, counts
+    return graph, scored, counts
 
 
 def _tally(d: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -425,19 +423,6 @@ def _tally(d: pd.DataFrame, column: str) -> pd.DataFrame:
     hist = np.histogram(cand[column].to_numpy(np.float64), bins=SIMILARITY_BINS, range=(0.0, 1.0))[0]
     return pd.DataFrame({"candidates": [len(cand)], "confirmed": [int(cand["confirmed"].sum())],
                          "same": [int(same.sum())], "hist": [hist]})
-
-
-def matches(pairs: dd.DataFrame, feat: dd.DataFrame, first_indexed: int = frames.NO_INDEX,
-            pair_rows: int | None = None) -> dd.DataFrame:
-    """(doc, matched, estimate, jaccard) for every document of this run in a confirmed or same-text
-    pair: the neighbour with the smallest id it was matched to directly, and that pair's similarities;
-    routed to the document's own partition (for the report). Choices depend on ids, never on keys.
-    `pair_rows`: the pairs' rows, when known (twice as many rows are routed)."""
-    meta = frames.match_meta(feat._meta["_id"])
-    both = pairs.map_partitions(frames.pair_directions, first_indexed, meta=meta)
-    rows = 2 * pair_rows if pair_rows is not None else None
-    return route(both, "doc", feat.npartitions, rows=rows, row_bytes=ID_ROW_BYTES).map_partitions(
-        frames.closest_match, meta=meta)
 
 
 # -- components ------------------------------------------------------------------------------------
@@ -555,8 +540,8 @@ def _normalised(d: pd.DataFrame) -> pd.DataFrame:
 
 def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = frames.NO_INDEX,
           placement: frames.Placement = frames.OWN, placed: bool = False, edge_rows: int | None = None,
-          summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None
-          ) -> tuple[dd.DataFrame, dict[str, Any]]:
+          summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None,
+          scored: dd.DataFrame | None = None, exact: bool = False) -> tuple[dd.DataFrame, dict[str, Any]]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
     the counts.
 
@@ -567,18 +552,23 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     `placed`: the labels are at their documents' partitions already (`components_on_client`).
     `edge_rows`: the graph's edges, when known: at most twice as many documents are clustered, and
     so few take `route_small` instead of shuffles. `summary`: (function, meta) run on each partition of
-    (doc, root, _id) by component, computed with the counts (their "summary", concatenated)."""
+    (doc, root, _id) by component, computed with the counts (their "summary", concatenated).
+    `scored` (`confirm`'s scored pairs): also give each document the one it was matched to, and
+    that pair's similarities (matched, estimate, jaccard; `frames.closest_matches`, with Jaccard 1
+    for identical words when `exact`): the pairs travel with the labels to their component."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
     members = 2 * edge_rows if edge_rows is not None else None
     at_docs = labels if placed else route(labels, "doc", n, placement, members, 16)
-    with_ids = dd.map_partitions(frames.with_ids, at_docs, feat,
-                                 meta=frames.MEMBER_META.assign(_id=id_meta.iloc[:0]), align_dataframes=False)
-    root_meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
+    with_ids = dd.map_partitions(frames.with_ids, at_docs, feat, *([scored] if scored is not None else []),
+                                 meta=frames.component_rows_meta(id_meta, scored is not None), align_dataframes=False)
+    root_meta = frames.roots_meta(id_meta, scored is not None)
     k = max(1, n_new)
-    by_label = _route_by(with_ids, partial(_label_part, npartitions=k), k, members, ID_ROW_BYTES)
-    by_component = persist(by_label.map_partitions(frames.roots_of_components, first_indexed, meta=root_meta))
+    rows = None if edge_rows is None else (2 + (scored is not None)) * edge_rows  # and a pair row per edge
+    by_label = _route_by(with_ids, partial(_label_part, npartitions=k), k, rows, ID_ROW_BYTES + 32 * (scored is not None))
+    by_component = persist(by_label.map_partitions(frames.roots_of_components, first_indexed, exact,
+                                                   meta=root_meta))
     lazy = [by_component.map_partitions(
         frames.component_counts, first_indexed,
         meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64"})]
@@ -590,6 +580,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     counts["summary"] = summarised[0] if summarised else None
     own = by_component if first_indexed >= frames.NO_INDEX else \
         by_component.map_partitions(frames.own_documents, first_indexed, meta=root_meta)
-    return route(own, "doc", n_new, rows=counts["members"], row_bytes=2 * ID_ROW_BYTES), counts
+    row_bytes = 2 * ID_ROW_BYTES + (ID_ROW_BYTES if scored is not None else 0)
+    return route(own, "doc", n_new, rows=counts["members"], row_bytes=row_bytes), counts
 
 

@@ -84,3 +84,43 @@ def test_label_partition_spreads_one_partitions_components() -> None:
     counts = np.bincount(dest, minlength=7)
     assert counts.min() > 10_000 / 7 * 0.8  # about even, not all in one
     assert (frames.label_partition(labels, 1) == 0).all()
+
+
+@given(st.data())
+def test_closest_matches_depend_on_texts_not_on_which_copies_a_pair_joins(data: st.DataObject) -> None:
+    """A member's matched document is the smallest-ranked among the other copies of its text
+    (similarity 1) and the best member of every text confirmed against its own, whichever copies
+    the confirming pair happened to join (that depends on how the corpus is partitioned)."""
+    copies = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=5), label="copies per text")
+    n = sum(copies)
+    text = np.repeat(np.arange(len(copies)), copies)
+    rank = np.array(data.draw(st.permutations(range(n)), label="ranks"), dtype=np.int64)
+    doc = np.array(data.draw(st.permutations(range(100, 100 + n)), label="keys"), dtype=np.int64)
+    members_of = {t: np.flatnonzero(text == t) for t in range(len(copies))}
+    left, right, est = [], [], []
+    similarity = {}
+    for t, u in itertools.combinations(range(len(copies)), 2):
+        if data.draw(st.booleans(), label=f"texts {t} and {u} confirmed"):
+            similarity[t, u] = similarity[u, t] = data.draw(st.sampled_from([0.8, 0.85, 0.9, 1.0]))
+            a = data.draw(st.sampled_from(members_of[t].tolist()))
+            b = data.draw(st.sampled_from(members_of[u].tolist()))
+            if data.draw(st.booleans()):
+                a, b = b, a
+            left.append(doc[a])
+            right.append(doc[b])
+            est.append(similarity[t, u])
+    tkey = (text + 1).astype(np.uint64)
+    estimate = np.array(est, dtype=np.float32)
+    matched, got_est, got_jac = frames.closest_matches(
+        doc, rank, tkey, tkey * np.uint64(7), np.array(left, np.int64), np.array(right, np.int64),
+        estimate, estimate, exact=True)
+    best = {t: int(m[np.argmin(rank[m])]) for t, m in members_of.items()}
+    for i in range(n):
+        t = int(text[i])
+        options = [(int(rank[j]), j, 1.0) for j in members_of[t] if j != i]
+        options += [(int(rank[best[u]]), best[u], similarity[t, u]) for u in members_of if (t, u) in similarity]
+        if not options:
+            assert matched[i] == -1
+            continue
+        _, j, s = min(options)
+        assert (matched[i], got_est[i], got_jac[i]) == (j, np.float32(s), np.float32(s))
