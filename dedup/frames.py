@@ -550,7 +550,8 @@ def closest_matches(doc: NDArray[np.int64], rank: NDArray[np.int64], tkey: NDArr
     Members with the same words (tkey, tkey2) are one text. A member's matched document is
     the one with the smallest `rank` among the other members of its text (similarity 1) and the
     smallest-ranked member of each text confirmed against its own by a pair (left, right) of
-    different texts (that pair's similarities). Texts, not documents: which copy of a text a pair
+    different texts (that pair's similarities); of equal ranks (an earlier run's indexed near
+    duplicate carries its root's id), the higher similarity. Texts, not documents: which copy of a text a pair
     joins depends on where the copies fall, the answer does not (docs/contract.md, report).
     """
     n = len(doc)
@@ -574,7 +575,9 @@ def closest_matches(doc: NDArray[np.int64], rank: NDArray[np.int64], tkey: NDArr
     best_est = np.full(len(first), np.nan, np.float32)
     best_jac = np.full(len(first), np.nan, np.float32)
     if len(cand):
-        o = np.lexsort((-cand_est, rank[cand], cand_text))
+        # ties of rank: indexed near duplicates count with their root's id (docs/contract.md), so two
+        # texts can offer the same id; the closer one is taken, whatever order the rows came in
+        o = np.lexsort((-cand_jac, -cand_est, rank[cand], cand_text))
         top = o[np.r_[True, cand_text[o][1:] != cand_text[o][:-1]]]
         best[cand_text[top]], best_est[cand_text[top]], best_jac[cand_text[top]] = cand[top], cand_est[top], cand_jac[top]
     cross = best[text]

@@ -124,3 +124,17 @@ def test_closest_matches_depend_on_texts_not_on_which_copies_a_pair_joins(data: 
             continue
         _, j, s = min(options)
         assert (matched[i], got_est[i], got_jac[i]) == (j, np.float32(s), np.float32(s))
+
+
+def test_closest_matches_take_the_closer_text_when_two_offer_the_same_id() -> None:
+    """An earlier run's indexed near duplicate counts with its root's id: a new document confirmed
+    against both the root's text and the near duplicate's is matched to that id with the closer
+    pair's similarities, in whichever order the pairs arrive."""
+    doc = np.array([10, 20, 30], np.int64)  # a new document, an indexed root, its indexed near duplicate
+    rank = np.array([1, 0, 0], np.int64)  # both indexed documents carry the root's id
+    tkey = np.array([1, 2, 3], np.uint64)
+    for right, jaccard in (([20, 30], [0.85, 0.95]), ([30, 20], [0.95, 0.85])):  # equal estimates
+        matched, est, jac = frames.closest_matches(doc, rank, tkey, tkey, np.array([10, 10], np.int64),
+                                                   np.array(right, np.int64), np.full(2, 0.9, np.float32),
+                                                   np.array(jaccard, np.float32), exact=True)
+        assert rank[matched[0]] == 0 and jac[0] == np.float32(0.95) and est[0] == np.float32(0.9)
