@@ -387,9 +387,10 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     two hops and are confirmed unscored (similarity 1), as are the same-text pairs inside each
     partition. Returns the persisted graph (left, right) the components are made of, the persisted
     scored pairs (`frames.SCORED_META`, at their right document's partition: the report's matches
-    come from them), and counts with a histogram of every candidate's similarity. Partitions from `n_new` on are earlier indexes'
-    documents (never paired with each other), placed by `placement`. `edge_rows`: the bucket edges'
-    rows (`buckets` counts them), which bound both hops' rows: small ones take `route_small`."""
+    come from them), and counts with a histogram of every candidate's similarity. Partitions from
+    `n_new` on are earlier indexes' documents (never paired with each other), placed by `placement`.
+    `edge_rows`: the bucket edges' rows (`buckets` counts them), which bound both hops' rows: small
+    ones take `route_small`."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     routes = edges.map_partitions(frames.confirm_routes, meta=frames.ROUTED_META)
@@ -566,7 +567,8 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     root_meta = frames.roots_meta(id_meta, scored is not None)
     k = max(1, n_new)
     rows = None if edge_rows is None else (2 + (scored is not None)) * edge_rows  # and a pair row per edge
-    by_label = _route_by(with_ids, partial(_label_part, npartitions=k), k, rows, ID_ROW_BYTES + 32 * (scored is not None))
+    row_bytes = ID_ROW_BYTES + (32 if scored is not None else 0)  # the text keys and a pair's columns
+    by_label = _route_by(with_ids, partial(_label_part, npartitions=k), k, rows, row_bytes)
     by_component = persist(by_label.map_partitions(frames.roots_of_components, first_indexed, exact,
                                                    meta=root_meta))
     lazy = [by_component.map_partitions(
