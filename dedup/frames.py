@@ -530,7 +530,7 @@ def with_ids(members: pd.DataFrame, feat: pd.DataFrame, scored: pd.DataFrame | N
     pos = np.searchsorted(keys[order], right)
     if len(right) and (pos.max() >= len(keys) or not np.array_equal(keys[order][pos], right)):
         raise RuntimeError("A confirmed pair's document has no component label; please report this as a bug.")
-    label = members["label"].to_numpy(np.int64)[order][pos] if len(right) else np.zeros(0, np.int64)
+    label = members["label"].to_numpy(np.int64)[order][pos]
     n = len(right)
     at = rows_of(feat, right)
     rows = pd.DataFrame({"doc": right, "label": label, "_id": feat["_id"].to_numpy()[at],
@@ -581,8 +581,8 @@ def closest_matches(doc: NDArray[np.int64], rank: NDArray[np.int64], tkey: NDArr
         top = o[np.r_[True, cand_text[o][1:] != cand_text[o][:-1]]]
         best[cand_text[top]], best_est[cand_text[top]], best_jac[cand_text[top]] = cand[top], cand_est[top], cand_jac[top]
     cross = best[text]
-    big = np.iinfo(np.int64).max
-    use_cross = (cross >= 0) & ((own < 0) | (np.where(cross >= 0, rank[cross], big) < np.where(own >= 0, rank[own], big)))
+    big = np.iinfo(np.int64).max  # the rank of "none"
+    use_cross = np.where(cross >= 0, rank[cross], big) < np.where(own >= 0, rank[own], big)
     matched = np.where(use_cross, cross, own)
     same = np.float32(1.0)
     out_est = np.where(use_cross, best_est[text], np.where(own >= 0, same, np.float32(np.nan))).astype(np.float32)
