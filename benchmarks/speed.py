@@ -16,7 +16,9 @@
 3. where dedup's time goes: the one-core steps of the features stage and the job's stages
    (`benchmarks/stage_profile.py`), for this build and, with --baseline, for earlier ones
    (runs interleaved: build after build, `repeats` rounds, so a slow minute hits them all).
-4. scaling: `dedup run` from 50,000 to 2,000,000 documents, seconds and peak memory per document.
+4. scaling: `dedup run` from 50,000 to 2,000,000 documents, seconds and peak memory per document,
+   and the datasketch job at each size up to --peer-scale-max (1,000,000): whether dedup's lead grows
+   with the corpus.
 """
 
 from __future__ import annotations
@@ -290,6 +292,9 @@ def main() -> None:
                     help="interleaved repeats of the one-core signature benchmark (each dedup call is about 0.2 s)")
     ap.add_argument("--job-docs", type=int, default=204_000, help="documents for the whole-job comparison")
     ap.add_argument("--scale", default="50000,200000,1000000,2000000", help="corpus sizes for the scaling table")
+    ap.add_argument("--peer-scale-max", type=int, default=1_000_000,
+                    help="the largest scaling size datasketch also runs at (its index lives in memory: about 2.4 GB "
+                         "at 204,000 documents)")
     ap.add_argument("--job-repeats", type=int, default=3, help="interleaved runs of each tool in the whole-job table")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--baseline", type=Path, action="append", default=[],
@@ -348,18 +353,21 @@ def main() -> None:
         report["profile"] = profile_section(src, n, args.workers, args.baseline, args.repeats)
 
         scale = []
-        print("\n### scaling: dedup run, 2 local workers (its process, cluster start included)\n")
+        print(f"\n### scaling: dedup run, {args.workers} local workers (its process, cluster start included), and "
+              f"datasketch up to {args.peer_scale_max:,} documents\n")
         print("| documents | seconds | µs per document | docs per second | peak RSS, all processes (MiB) | "
-              "peak RSS of one worker (MiB) | clusters |")
-        print("|---:|---:|---:|---:|---:|---:|---:|")
+              "peak RSS of one worker (MiB) | clusters | datasketch seconds | dedup is x faster |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for size in (int(x) for x in args.scale.split(",")):
             big = corpus_frame(size) if size > len(frame) else frame.iloc[:size]
             src = write_corpus(big, tmp / f"scale{size}", shards=max(4, size // 25_000))
+            peer = run_datasketch_job(src)[0] if size <= args.peer_scale_max else None
             secs, mem, manifest = run_dedup_job(src, args.workers)
             scale.append({"docs": size, "seconds": secs, "peak_rss": mem.peak, "worker_peak_rss": mem.child_peak,
-                          "clusters": manifest["clusters"]})
+                          "clusters": manifest["clusters"], "datasketch_seconds": peer})
+            versus = f"{peer:.1f} | {peer / secs:.1f}" if peer is not None else "- | -"
             print(f"| {size:,} | {secs:.1f} | {secs / size * 1e6:.0f} | {size / secs:,.0f} | {mem.peak / 2**20:,.0f} | "
-                  f"{mem.child_peak / 2**20:,.0f} | {manifest['clusters']:,} |", flush=True)
+                  f"{mem.child_peak / 2**20:,.0f} | {manifest['clusters']:,} | {versus} |", flush=True)
             shutil.rmtree(src, ignore_errors=True)
             del big
         report["scaling"] = scale
