@@ -13,6 +13,10 @@ and every dependency between tasks adds a round trip.
   (the piece, a container and the partition).
 - `fused`: several collections computed or persisted together, each chain of per-partition steps
   one task a partition (Dask fuses the steps of one collection, not of several at once).
+- `exchanged`: rows moved between few partitions by plain tasks: each input partition cut into
+  one piece per output partition, each output partition the concatenation of its pieces. Dask's
+  p2p shuffle pays a fixed cost (transfer tasks, a barrier, disk, unpack tasks) that a direct
+  exchange of 16 x 16 pieces does not; its task count grows with the product of the partitions.
 - `shuffled`: rows moved to the partition a column of theirs names, by dask's `Shuffle` (p2p on a
   cluster, tasks in one process), the step its hash shuffles and `set_index` end with.
 """
@@ -145,3 +149,40 @@ def shuffled(frame: dd.DataFrame, column: str, npartitions: int) -> dd.DataFrame
     configured shuffle method; the index is not kept. A p2p shuffle drops `column`, a task shuffle
     keeps it: select the columns wanted afterwards."""
     return new_collection(Shuffle(frame.expr, column, npartitions, True))
+
+
+class Exchanged(Expr):
+    """Partition j holds `join` of piece j of `split` applied to each partition of `frame`, in the
+    order of `frame`'s partitions: a task a partition to split it, a task a piece to pick it (only the
+    piece travels to the worker that joins it), a task an output partition to join its pieces."""
+
+    _parameters = ["frame", "split", "join", "npartitions", "meta"]
+
+    @functools.cached_property
+    def _meta(self) -> pd.DataFrame:
+        return self.operand("meta")
+
+    def _divisions(self) -> tuple:
+        return (None,) * (self.operand("npartitions") + 1)
+
+    def _layer(self) -> dict:
+        n, k = self.frame.npartitions, self.operand("npartitions")
+        split, piece = f"split-{self._name}", f"piece-{self._name}"
+        dsk: dict = {}
+        for i in range(n):
+            dsk[(split, i)] = (self.operand("split"), (self.frame._name, i))
+            for j in range(k):
+                dsk[(piece, i, j)] = (operator.getitem, (split, i), j)
+        for j in range(k):
+            dsk[(self._name, j)] = (self.operand("join"), [(piece, i, j) for i in range(n)])
+        return dsk
+
+
+def exchanged(frame: dd.DataFrame, split: Callable[[pd.DataFrame], list[pd.DataFrame]],
+              join: Callable[[Sequence[pd.DataFrame]], pd.DataFrame], npartitions: int,
+              meta: pd.DataFrame) -> dd.DataFrame:
+    """A frame of `npartitions` partitions (unknown divisions): `split` cuts each of `frame`'s partitions
+    into `npartitions` pieces, and output partition j is `join` of the j-th pieces, in partition order
+    (so its rows' order is decided, whatever the scheduling). Its tasks number about
+    frame.npartitions x npartitions: for few partitions (`dedup.stages.DIRECT_ROUTE_PIECES`)."""
+    return new_collection(Exchanged(frame.expr, split, join, npartitions, meta))

@@ -22,7 +22,7 @@ import pyarrow as pa
 from dedup import ccstar, frames, index
 from dedup.config import Params
 from dedup.decontam import ProtectedNgrams
-from dedup.graphs import gathered, persist, shuffled
+from dedup.graphs import exchanged, gathered, persist, shuffled
 from dedup.runtime import active_client, compute, shared
 from dedup.text import encode_batch
 from dedup.unionfind import components
@@ -41,6 +41,16 @@ tasks) is most of the time of a small one. On 2 workers and 16 partitions, 20,00
 of the corpus: no task gathers much more than this (rows are estimated, not weighed), and larger
 frames keep the shuffle's parallelism."""
 
+DIRECT_ROUTE_PIECES = 256
+"""A route to key ranges from n partitions to k whose n x k is at most this goes through plain tasks
+(`route_direct`: n splits, n x k pieces, k joins) instead of a p2p shuffle. On 2 local workers the
+band rows of 204,000 documents (3.25 million rows, 16 x 16 pieces) took 0.42 s that way against 0.62 s
+as a shuffle, but 32 x 32 pieces took 1.10 s against 0.81 s: every piece is a task (about 1 ms of the
+scheduler's), so their cost grows with the square of the partitions where a shuffle's grows with
+the rows (a scratch script, 2 rounds each). Routes to the documents' own partitions keep the
+shuffle: through pieces, the confirm and roots stages, which join those partitions with the
+features', took 0.05 and 0.12 s longer (README, Performance)."""
+
 ID_ROW_BYTES = 80
 """The estimate of a routed row holding a document key and an id (a string id of about 50 bytes)."""
 
@@ -50,16 +60,20 @@ PART = "_partitions"
 
 
 def _route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int,
-              rows: int | None = None, row_bytes: int = 64) -> dd.DataFrame:
+              rows: int | None = None, row_bytes: int = 64, ranges: bool = False) -> dd.DataFrame:
     """Partition i of the result holds the rows `part_of` sends to i; their index and their order
     inside a partition are unspecified (every consumer sorts or groups). `rows`: an upper bound on
-    the frame's rows, when known, so that a small frame takes `route_small`.
+    the frame's rows, when known, so that a small frame takes `route_small`. `ranges`: the result's
+    partitions are key ranges of their own (joined with no other frame's partitions), and between
+    few partitions it takes `route_direct`.
 
-    A shuffle on the destination column itself (dask's own `Shuffle`, which its hash shuffles and
+    Else a shuffle on the destination column itself (dask's own `Shuffle`, which its hash shuffles and
     `set_index` build on): `set_index` on the destination, as before, added three tasks a partition
     (a lookup of the destination in the divisions, the new index, a sort of every partition by it)."""
     if rows is not None and rows * row_bytes <= SMALL_ROUTE_BYTES:
         return route_small(frame, part_of, npartitions)
+    if ranges and frame.npartitions * npartitions <= DIRECT_ROUTE_PIECES:
+        return route_direct(frame, part_of, npartitions)
     meta = frame._meta.assign(**{PART: pd.Series(dtype=np.int64)})
     with_part = frame.map_partitions(_with_part, part_of, meta=meta)
     return shuffled(with_part, PART, npartitions)[list(frame.columns)]
@@ -109,6 +123,16 @@ def route_small(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarra
     return gathered(frame, partial(_split_parts, part_of=part_of, npartitions=npartitions), npartitions, meta)
 
 
+def route_direct(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray],
+                 npartitions: int) -> dd.DataFrame:
+    """`_route_by` through plain tasks, each partition cut by destination (`_split`) and the pieces of
+    each destination joined in partition order (`graphs.exchanged`): for few partitions
+    (`DIRECT_ROUTE_PIECES`)."""
+    meta = frame._meta.reset_index(drop=True)
+    return exchanged(frame, partial(_split, part_of=part_of, npartitions=npartitions), frames.concat_rows,
+                     npartitions, meta)
+
+
 def _split_parts(parts: Sequence[pd.DataFrame], part_of: Callable[[pd.DataFrame], np.ndarray],
                  npartitions: int) -> list[pd.DataFrame]:
     """The rows of every part (`frames.concat_rows`) cut by destination (`_split`)."""
@@ -128,7 +152,7 @@ def route(frame: dd.DataFrame, key_column: str, npartitions: int,
 def route_ranges(frame: dd.DataFrame, npartitions: int) -> dd.DataFrame:
     """Band rows moved to the bucket range of their key (`dedup.index.key_range_of`): every bucket
     in one partition, and the same ranges as an index's band files."""
-    return _route_by(frame, partial(_range_part, column="key", npartitions=npartitions), npartitions)
+    return _route_by(frame, partial(_range_part, column="key", npartitions=npartitions), npartitions, ranges=True)
 
 
 # -- features --------------------------------------------------------------------------------------
@@ -207,7 +231,7 @@ def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against:
     keys = feat[["doc", "_id"]]
     k = max([npartitions or keys.npartitions] + [p.id_parts for p in against])
     with_h = keys.map_partitions(_with_id_hash, meta=keys._meta.assign(_h=pd.Series(dtype=np.uint64)))
-    ranged = _route_by(with_h, partial(_range_part, column="_h", npartitions=k), k, rows, ID_ROW_BYTES)
+    ranged = _route_by(with_h, partial(_range_part, column="_h", npartitions=k), k, rows, ID_ROW_BYTES, ranges=True)
     id_type = pa.int64() if pd.api.types.is_integer_dtype(keys._meta["_id"].dtype) else pa.string()
     meta = CONFLICT_META.assign(_id=keys._meta["_id"])[["doc", "_id", "kind"]]
     found = persist(ranged.map_partitions(index.id_conflicts, list(against), k, index_out, id_type, meta=meta))

@@ -30,12 +30,13 @@ def bigger_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_shards(frame, tmp_path_factory.mktemp("bigger") / "in", 6)
 
 
-@pytest.mark.parametrize("task", ["shuffle", "cut-gathered"])
+@pytest.mark.parametrize("task", ["shuffle", "cut-gathered", "exchanged"])
 def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, tmp_path: Path, task: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A worker killed while it runs a shuffle task (every route a shuffle), or the one task of a small
-    route that gathers and cuts (`stages.route_small`, `dedup.graphs.gathered`): the job retries and
-    writes what an undisturbed run writes."""
+    """A worker killed while it runs a shuffle task (no route small), the one task of a small route
+    that gathers and cuts (`stages.route_small`, `dedup.graphs.gathered`), or a task of a direct
+    route to key ranges (`stages.route_direct`, `dedup.graphs.exchanged`: a split, a piece or a
+    join): the job retries and writes what an undisturbed run writes."""
     from distributed import Client, LocalCluster
 
     from dedup import stages

@@ -1,4 +1,4 @@
-"""dedup.graphs: persisted frames that later graphs run no task for, and one-task gathering."""
+"""dedup.graphs: persisted frames that later graphs run no task for, one-task gathering, direct exchange."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from dedup.graphs import Persisted, fused, gathered, persist
+from dedup.graphs import Persisted, exchanged, fused, gathered, persist
 from dedup.runtime import compute
 
 
@@ -108,3 +108,37 @@ def test_gathered_is_one_task_that_cuts_and_one_task_a_piece() -> None:
     whole = frame.compute(scheduler="sync")
     for i, part in enumerate(got):
         pd.testing.assert_frame_equal(part, whole[whole["k"] % 3 == i])
+
+
+def _split_mod(part: pd.DataFrame, n: int) -> list[pd.DataFrame]:
+    return [part[part["k"] % n == i] for i in range(n)]
+
+
+def _join(pieces: list[pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(pieces, ignore_index=True)
+
+
+def test_exchanged_joins_each_partitions_pieces_in_partition_order() -> None:
+    """A task a partition to split, a task a piece, a task an output partition; output partition i
+    holds exactly the rows split sends to i, in the order of the input partitions and of their rows."""
+    frame = _frame()
+    out = exchanged(frame, partial(_split_mod, n=3), _join, 3, frame._meta)
+    assert out.npartitions == 3
+    assert not out.known_divisions
+    own = set(out.__dask_graph__()) - set(frame.__dask_graph__())
+    assert len(own) == 4 + 4 * 3 + 3
+    got = dask.compute(*out.to_delayed(), scheduler="sync")
+    whole = frame.compute(scheduler="sync")
+    for i, part in enumerate(got):
+        pd.testing.assert_frame_equal(part, whole[whole["k"] % 3 == i].reset_index(drop=True))
+
+
+def test_exchanged_on_a_cluster_gives_what_one_process_gives(client) -> None:
+    frame = _frame()
+    out = persist(exchanged(frame, partial(_split_mod, n=5), _join, 5, frame._meta))
+    got = compute(*out.to_delayed())
+    want = dask.compute(*exchanged(frame, partial(_split_mod, n=5), _join, 5, frame._meta).to_delayed(),
+                        scheduler="sync")
+    assert len(got) == 5
+    for a, b in zip(got, want):
+        pd.testing.assert_frame_equal(a, b)

@@ -89,24 +89,30 @@ def _output_digests(out: Path) -> dict[str, str]:
 @pytest.mark.parametrize("confirm", ["estimate", "exact"])
 def test_small_routes_write_what_shuffles_write(client, tmp_path: Path, frame: pd.DataFrame, confirm: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A small frame goes through one task (`route_small`) instead of a shuffle; the shards, the
-    index and the removed list are the same bytes either way, on a real cluster."""
+    """A small frame goes through one task (`route_small`), a route to key ranges between few
+    partitions through plain tasks (`route_direct`), any other through a shuffle; the shards, the
+    index and the removed list are the same bytes every way, on a real cluster."""
     from dedup import stages
 
     params = Params(confirm=confirm, max_bucket=4)
     src = write_shards(frame, tmp_path / "in", 7)
     run(str(src), str(tmp_path / "small"), params=params, partition_rows=100)
-    monkeypatch.setattr(stages, "SMALL_ROUTE_BYTES", 0)  # every route a shuffle
+    monkeypatch.setattr(stages, "SMALL_ROUTE_BYTES", 0)  # no route is small: ranges direct, the rest shuffled
+    run(str(src), str(tmp_path / "direct"), params=params, partition_rows=100)
+    monkeypatch.setattr(stages, "DIRECT_ROUTE_PIECES", 0)  # every route a shuffle
     run(str(src), str(tmp_path / "shuffled"), params=params, partition_rows=100)
-    small, shuffled = _output_digests(tmp_path / "small"), _output_digests(tmp_path / "shuffled")
+    small, direct = _output_digests(tmp_path / "small"), _output_digests(tmp_path / "direct")
+    shuffled = _output_digests(tmp_path / "shuffled")
     assert any(name.startswith("_index/") for name in small)
     assert any(name.startswith("_report/removed.parquet/") for name in small)
-    assert small == shuffled
+    assert small == direct == shuffled
 
 
 @pytest.mark.parametrize("where", ["sync", "cluster"])
 @pytest.mark.parametrize("npartitions", [1, 4])
-def test_route_small_puts_every_row_where_a_shuffle_does(request, where: str, npartitions: int) -> None:
+@pytest.mark.parametrize("how", ["small", "direct"])
+def test_small_and_direct_routes_put_every_row_where_a_shuffle_does(request, where: str, npartitions: int,
+                                                                    how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
     from dedup import stages
@@ -125,8 +131,13 @@ def test_route_small_puts_every_row_where_a_shuffle_does(request, where: str, np
     if where == "cluster":
         request.getfixturevalue("client")
     with dask.config.set(LOCAL if where == "sync" else {}):
-        small = stages._route_by(ddf, dest, npartitions, rows=len(frame), row_bytes=16)
-        shuffled = stages._route_by(ddf, dest, npartitions)
+        if how == "small":
+            small = stages._route_by(ddf, dest, npartitions, rows=len(frame), row_bytes=16)
+        else:
+            small = stages._route_by(ddf, dest, npartitions, ranges=True)
+            assert any(str(k[0] if isinstance(k, tuple) else k).startswith("piece-") for k in small.__dask_graph__())
+        monkeypatch.setattr(stages, "DIRECT_ROUTE_PIECES", 0)
+        shuffled = stages._route_by(ddf, dest, npartitions, ranges=True)
         assert small.npartitions == shuffled.npartitions == npartitions
         got, want = parts(small), parts(shuffled)
     assert got == want
