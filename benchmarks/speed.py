@@ -10,7 +10,8 @@
 2. the whole job on the §7 corpus, each tool in a process of its own as a user runs it, timed from
    starting the process to its exit (interpreter and imports included): datasketch MinHashLSH
    16 x 8 (a script: query, then insert), `dedup run --threads 2` (no cluster) and `dedup run
-   --n-workers 2` (a local cluster of 2 worker processes, its start included); `--job-repeats`
+   --n-workers 2` (a local cluster of 2 worker processes, its start included), the latter also with
+   `--no-index --no-report` (kept rows only, what the datasketch script writes); `--job-repeats`
    rounds, medians and the median of the per-round ratios. Each tool starts on a quiet machine:
    the previous one's processes have exited and the load has settled.
 3. where dedup's time goes: the one-core steps of the features stage and the job's stages
@@ -172,18 +173,25 @@ def quiet(settle: float = 2.0, timeout: float = 60.0) -> None:
     time.sleep(settle)
 
 
-def run_dedup_job(src: Path, workers: int, threads: bool = False) -> tuple[float, PeakRSS, dict]:
+def run_dedup_job(src: Path, workers: int, threads: bool = False, extra: Sequence[str] = ()
+                  ) -> tuple[float, PeakRSS, dict]:
     """`dedup run SRC OUT` as a user runs it, in a process of its own: on a local cluster of `workers`
-    worker processes, or with `threads` on that many threads (`--threads`, no cluster). Seconds from
-    starting the process to its exit (interpreter, imports, planning, cluster start, the job, the
-    page and the commit), the memory peaks of its processes (all, and the largest worker), the manifest."""
+    worker processes, or with `threads` on that many threads (`--threads`, no cluster); `extra`: more
+    options. Seconds from starting the process to its exit (interpreter, imports, planning, cluster
+    start, the job, the page and the commit), the memory peaks of its processes (all, and the largest
+    worker), the manifest."""
     quiet()
     out = Path(tempfile.mkdtemp(prefix="dedup-bench-out-")) / "out"
     runtime = ["--threads", str(workers)] if threads else ["--n-workers", str(workers)]
     with PeakRSS(children_only=True) as mem:
-        manifest, secs = run_cli(src, out, None, *runtime)
+        manifest, secs = run_cli(src, out, None, *runtime, *extra)
     shutil.rmtree(out.parent, ignore_errors=True)
     return secs, mem, manifest
+
+
+KEPT_ONLY = ("--no-index", "--no-report")
+"""Options with which `dedup run` writes what the datasketch script writes: the kept rows, without
+the index a later `--against` run reads and without the report page and removed list."""
 
 
 def run_datasketch_job(src: Path) -> tuple[float, int]:
@@ -312,12 +320,15 @@ def main() -> None:
         n = args.job_docs
         peer_runs: list[tuple[float, int]] = []
         modes = {"threads": f"dedup run --threads {args.workers} (in one process, no cluster)",
-                 "cluster": f"dedup run --n-workers {args.workers} (local cluster, its start included)"}
+                 "cluster": f"dedup run --n-workers {args.workers} (local cluster, its start included)",
+                 "kept-only": f"dedup run --n-workers {args.workers} {' '.join(KEPT_ONLY)} (the same, writing only "
+                              "the kept rows, as the datasketch script does)"}
         dedup_runs: dict[str, list[tuple[float, PeakRSS, dict]]] = {m: [] for m in modes}
         for _ in range(args.job_repeats):  # interleaved: a slow minute of the machine hits every tool
             peer_runs.append(run_datasketch_job(src))
             for mode in modes:
-                dedup_runs[mode].append(run_dedup_job(src, args.workers, threads=mode == "threads"))
+                dedup_runs[mode].append(run_dedup_job(src, args.workers, threads=mode == "threads",
+                                                      extra=KEPT_ONLY if mode == "kept-only" else ()))
         p_secs, p_mem = statistics.median(p[0] for p in peer_runs), max(p[1] for p in peer_runs)
         report["job"] = {"docs": n, "repeats": args.job_repeats, "datasketch_seconds": [p[0] for p in peer_runs],
                          "datasketch_peak_rss": p_mem}
