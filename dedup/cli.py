@@ -288,8 +288,8 @@ def _summary(m: dict[str, Any]) -> str:
         lines.append(f"report                {m['output'].rstrip('/')}/{m['report']}")
     if m.get("index"):
         ix = m["index"]
-        lines.append(f"index                 {m['output'].rstrip('/')}/{ix['path']}  ({ix['documents']:,} kept documents, "
-                     f"{ix['bytes_per_document']:.0f} bytes each)")
+        each = f", {ix['bytes_per_document']:.0f} bytes each" if ix["documents"] else ""
+        lines.append(f"index                 {m['output'].rstrip('/')}/{ix['path']}  ({ix['documents']:,} kept documents{each})")
     return "\n".join(lines)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import posixpath
 import uuid
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from dedup import stamps
 from dedup.config import Params
 from dedup.safety import MANIFEST, UsageError, is_url, read_manifest
 from dedup.text import TEXT_DTYPE
@@ -48,15 +50,19 @@ if TYPE_CHECKING:
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
 BANDS, DOCS, IDS = "bands", "docs", "ids"
-FORMAT = 3
-FORMATS_READ = (1, 2, 3)
+FORMAT = 4
+FORMATS_READ = (1, 2, 3, 4)
 """Format 1 indexes hold kept documents only (no `root` column); formats 1 and 2 have no text hashes
 in their band files (a later run fetches them from the docs files): both are read as they are."""
 TKEYS_IN_BANDS = 3
 """The first format whose band rows carry their document's text hashes."""
+VERIFIED = 4
+"""The first format whose index.json records the stamp of every file it points at (`dedup.stamps`)."""
 INDEX_PARAMS = ("num_perm", "num_bands", "rows_per_band", "shingle_size", "shingle_unit", "seed")
 """The parameters a signature and its band keys depend on: an index is usable only when they match."""
 KEY_SPACE = 1 << 64
+
+log = logging.getLogger("dedup")
 
 
 def index_params(params: Params) -> dict[str, Any]:
@@ -106,8 +112,12 @@ class IndexPart:
     text_column: str
     format: int = FORMAT
 
-    def as_source(self) -> dict[str, Any]:
-        return {"url": self.url, "uid": self.uid, "documents": self.documents}
+    def as_source(self, at: str) -> dict[str, Any]:
+        """How an index at `at` records this one: where it is, and (both local) the relative path."""
+        out = {"url": self.url, "uid": self.uid, "documents": self.documents}
+        if not is_url(self.url) and not is_url(at):
+            out["relative"] = posixpath.relpath(self.url, at)
+        return out
 
     def files_for(self, kind: str, m: int, parts: int) -> list[tuple[str, int, int, bool]]:
         """(file, lo, hi, whole): this index's band (or id) files that hold keys of range m of
@@ -122,12 +132,17 @@ class IndexPart:
 
 
 def _read_json(fs: Any, path: str) -> dict[str, Any] | None:
+    """The JSON object at `path`; None when there is no file; `stamps.Damaged` when it is not JSON."""
     try:
         with fs.open(path, "r") as fh:
             value = json.load(fh)
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
-    return value if isinstance(value, dict) else None
+    except (OSError, ValueError) as exc:
+        raise stamps.Damaged(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise stamps.Damaged(f"{path} is not a JSON object")
+    return value
 
 
 def _part(url: str, meta: dict[str, Any]) -> IndexPart:
@@ -142,23 +157,66 @@ def _describe(p: dict[str, Any]) -> str:
     return ", ".join(f"{k}={p.get(k)!r}" for k in INDEX_PARAMS)
 
 
+def index_url(output: str) -> str:
+    """Where OUTPUT's index is, as recorded by later runs: an absolute path or a URL."""
+    base = output if is_url(output) else str(Path(output.removeprefix("file://")).expanduser().resolve())
+    return f"{base.rstrip('/')}/{INDEX_DIR}"
+
+
+DAMAGED = ("That output is no longer what its index describes: restore the file, or run that output again (with "
+           "--overwrite) to rebuild it and its index, or leave it out of --against.")
+
+
+def _verified(fs: Any, url: str, meta: dict[str, Any], what: str) -> None:
+    """Raise `UsageError` unless the index at `url` (its index.json `meta`) and every file it points at
+    are the versions it recorded (format 4 on); older indexes record nothing to check: a warning."""
+    if int(meta.get("format", 0)) < VERIFIED:
+        log.warning("%s: its index (format %s, an older dedup) records no checksums, so its files cannot be verified; "
+                    "run that output again to get a verified index", what, meta.get("format"))
+        return
+    fix = DAMAGED
+    if not stamps.sealed(meta) or not isinstance(meta.get("files"), dict):
+        raise UsageError(f"{what}: {url}/{INDEX_META} was edited since dedup wrote it (its checksum differs). {fix}")
+    _, root = fsspec_root(url)
+    try:
+        stamps.verify(fs, posixpath.dirname(root), meta["files"])
+    except stamps.Damaged as exc:
+        raise UsageError(f"{what}: {exc}. {fix}") from None
+
+
+def fsspec_root(url: str) -> tuple[Any, str]:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url)
+    return fs, root.rstrip("/")
+
+
+def _read_meta(url: str, what: str) -> dict[str, Any] | None:
+    fs, root = fsspec_root(url)
+    try:
+        return _read_json(fs, f"{root}/{INDEX_META}")
+    except stamps.Damaged as exc:
+        raise UsageError(f"{what}: {exc}. {DAMAGED}") from None
+
+
 def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[IndexPart]:
     """The indexes of earlier outputs (and every index they reference), checked against this run.
 
     Raises `UsageError` naming the output when one is not a dedup output with an index, was made
-    with other parameters or another id type, or references an index that is gone or replaced.
+    with other parameters or another id type, references an index that is gone or replaced, or
+    when a file an index points at is not the version it recorded (`dedup.stamps`). An earlier
+    index that moved is found beside the index that references it (the same relative path) or
+    among the outputs given.
     """
-    import fsspec
-
     found: dict[str, IndexPart] = {}
+    metas: dict[str, tuple[str, dict[str, Any]]] = {}
     want = index_params(params)
     for out in previous:
-        fs, root = fsspec.core.url_to_fs(out)
-        root = root.rstrip("/")
-        base = out if is_url(out) else str(Path(out).expanduser().resolve())
+        fs, root = fsspec_root(out)
         if read_manifest(fs, root) is None:
             raise UsageError(f"--against {out}: not a dedup output (no {MANIFEST}); give the OUTPUT of an earlier run.")
-        meta = _read_json(fs, f"{root}/{INDEX_DIR}/{INDEX_META}")
+        url = index_url(out)
+        meta = _read_meta(url, f"--against {out}")
         if meta is None:
             raise UsageError(f"--against {out}: it has no {INDEX_DIR}/{INDEX_META} (made with --no-index, with "
                              "decontaminate only, or by an older dedup); run it again to build one.")
@@ -171,17 +229,40 @@ def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[
         if meta.get("id_kind") != id_kind(id_type):
             raise UsageError(f"--against {out}: its ids are {meta.get('id_kind')}s ({meta.get('id_type')}), this "
                              f"input's are {id_kind(id_type)}s ({id_type}); ids must be of one kind to be compared.")
-        url = f"{base.rstrip('/')}/{INDEX_DIR}"
+        _verified(fs, url, meta, f"--against {out}")
+        metas[out] = (url, meta)
         found.setdefault(url, _part(url, meta))
+    given = {p.uid: p for p in found.values()}
+    for out, (url, meta) in metas.items():
         for src in meta.get("sources", []):
-            sfs, sroot = fsspec.core.url_to_fs(src["url"])
-            smeta = _read_json(sfs, f"{sroot.rstrip('/')}/{INDEX_META}")
-            if smeta is None or smeta.get("uid") != src["uid"]:
-                state = "is gone" if smeta is None else "was replaced since"
-                raise UsageError(f"--against {out}: the earlier index it builds on, {src['url']}, {state}; "
-                                 "pass that output's replacement with --against too, or run without --against.")
-            found.setdefault(src["url"], _part(src["url"], smeta))
+            if src["uid"] in given:  # given with --against itself, wherever it is now
+                continue
+            place, smeta = _source(url, src, f"--against {out}")
+            given[src["uid"]] = found.setdefault(place, _part(place, smeta))
     return list(found.values())
+
+
+def _source(url: str, src: dict[str, Any], what: str) -> tuple[str, dict[str, Any]]:
+    """Where the earlier index `src` (recorded by the index at `url`) is now: its recorded place, else
+    the same relative path from `url` (a tree of releases moved together); verified."""
+    tried = [src["url"]]
+    if src.get("relative") and not is_url(url):
+        tried.append(posixpath.normpath(posixpath.join(url, src["relative"])))
+    state = "is gone"
+    for place in dict.fromkeys(tried):
+        meta = _read_meta(place, what)
+        if meta is None:
+            continue
+        if meta.get("uid") != src["uid"]:
+            state = "was replaced since"
+            continue
+        fs, _ = fsspec_root(place)
+        _verified(fs, place, meta, f"{what} (the earlier index it builds on, {place})")
+        return place, meta
+    output = posixpath.dirname(src["url"].rstrip("/"))
+    raise UsageError(f"{what}: the earlier index it builds on, {src['url']}, {state}. If that output moved, give its "
+                     f"new place with --against too (e.g. --against NEW_PLACE_OF_{posixpath.basename(output)}); "
+                     "otherwise run without --against.")
 
 
 def id_kind(id_type: pa.DataType) -> str:
@@ -195,11 +276,14 @@ def new_uid() -> str:
 
 def index_meta(params: Params, *, uid: str, id_type: pa.DataType, partitions: int, bucket_parts: int,
                id_parts: int, documents: int, nbytes: int, text_column: str,
-               sources: Sequence[IndexPart]) -> dict[str, Any]:
-    return {"format": FORMAT, "uid": uid, "fingerprint": index_fingerprint(params), "params": index_params(params),
+               sources: Sequence[IndexPart], output: str, files: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """index.json of OUTPUT's index: `files` holds the stamp of every file it points at (relative to
+    OUTPUT: its shards and the index's own files), and a checksum seals the whole."""
+    at = index_url(output)
+    return stamps.seal({"format": FORMAT, "files": files, "uid": uid, "fingerprint": index_fingerprint(params), "params": index_params(params),
             "id_type": str(id_type), "id_kind": id_kind(id_type), "text_column": text_column, "partitions": partitions,
             "bucket_partitions": bucket_parts, "id_partitions": id_parts, "documents": documents, "bytes": nbytes,
-            "sources": [s.as_source() for s in sources]}
+            "sources": [s.as_source(at) for s in sources]})
 
 
 # -- per-partition work (workers) -------------------------------------------------------------------

@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from dedup import frames, index, io, removed, stages
+from dedup import frames, index, io, removed, stages, stamps
 from dedup import report as report_page
 from dedup import shards as shards_mod
 from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
@@ -602,12 +602,15 @@ def execute(plan: Plan) -> dict[str, Any]:
                         report.index_documents = int(w["indexed"].sum())
                         report.index_near_duplicates = int(w["absorbed"].sum())
                         report.index_bytes += int(w["bytes"].sum())
+                        pointed = [s.name for s in plan.shards] + [f for f in staging.files()
+                                                                  if f.startswith(f"{index.INDEX_DIR}/")]
                         staging.write_json(f"{index.INDEX_DIR}/{index.INDEX_META}", index.index_meta(
                             params, uid=index.new_uid(), id_type=cluster_type(plan.schema, plan.id_column),
                             partitions=len(plan.groups), bucket_parts=report.bucket_partitions,
                             id_parts=report.id_partitions,
                             documents=report.index_documents, nbytes=report.index_bytes,
-                            text_column=plan.text_column, sources=plan.against))
+                            text_column=plan.text_column, sources=plan.against, output=plan.output,
+                            files=stamps.stamps(staging.fs, staging.tmp, pointed)))
                         stage.summary += (f"; index of {report.index_documents} kept documents (and "
                                           f"{report.index_near_duplicates} near duplicates of them), "
                                           f"{report.index_bytes / max(1, report.index_documents):.0f} bytes a kept document")

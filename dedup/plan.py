@@ -141,7 +141,7 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
     if skip_existing and not against:
         raise UsageError("--skip-existing skips documents already in an --against output; give --against too.")
     check_output(output, inputs=input_places(input, files) + [a for a in against if "://" not in a],
-                 protected=prot_paths, overwrite=overwrite)
+                 protected=prot_paths, overwrite=overwrite, dry_run=dry_run)
     found = shards_mod.read_footers(files)
     schema = shards_mod.unify(found)
     shards_mod.check_columns(found, schema, id_column, text_column)

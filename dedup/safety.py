@@ -76,15 +76,17 @@ def read_manifest(fs: fsspec.AbstractFileSystem, root: str) -> dict | None:
     return m if isinstance(m, dict) and "fingerprint" in m and "output_rows" in m else None
 
 
-def check_output(output: str, *, inputs: Sequence[str], protected: Sequence[str], overwrite: bool) -> None:
+def check_output(output: str, *, inputs: Sequence[str], protected: Sequence[str], overwrite: bool,
+                 dry_run: bool = False) -> None:
     """Raise `UsageError` unless writing OUTPUT can harm nothing outside it.
 
     inputs: the INPUT argument and every input file; protected: the protected files or directories.
+    dry_run: a dry run never replaces an output that holds shards (only an earlier dry run's).
     """
     if not output or not output.strip():
         raise UsageError("OUTPUT is empty; give a directory path.")
     if is_url(output):
-        _check_url_output(output, inputs, protected, overwrite)
+        _check_url_output(output, inputs, protected, overwrite, dry_run)
         return
     raw = Path(os.path.abspath(os.path.expanduser(output.removeprefix("file://"))))
     if raw.is_symlink():
@@ -114,10 +116,10 @@ def check_output(output: str, *, inputs: Sequence[str], protected: Sequence[str]
         if os.path.ismount(raw):
             raise UsageError(f"OUTPUT {output!r} is a mount point, which cannot be replaced atomically; "
                              "give a subdirectory of it.")
-        _check_existing(fsspec.filesystem("file"), str(raw), output, overwrite)
+        _check_existing(fsspec.filesystem("file"), str(raw), output, overwrite, dry_run)
 
 
-def _check_existing(fs: fsspec.AbstractFileSystem, root: str, output: str, overwrite: bool) -> None:
+def _check_existing(fs: fsspec.AbstractFileSystem, root: str, output: str, overwrite: bool, dry_run: bool) -> None:
     entries = fs.ls(root, detail=False)
     if not entries:
         return
@@ -127,6 +129,11 @@ def _check_existing(fs: fsspec.AbstractFileSystem, root: str, output: str, overw
     if read_manifest(fs, root) is None and not fs.exists(f"{root}/{INCOMPLETE}"):
         raise UsageError(f"OUTPUT {output!r} holds files dedup did not write (no {MANIFEST}); --overwrite replaces "
                          "only an earlier dedup output or an empty directory. Choose another OUTPUT.")
+    if dry_run:
+        manifest = read_manifest(fs, root)
+        if manifest is None or not manifest.get("dry_run"):
+            raise UsageError(f"OUTPUT {output!r} holds the shards of an earlier run, which a --dry-run would replace "
+                             "with only its report; give the dry run a new OUTPUT.")
 
 
 def _norm_url(path: str) -> tuple[str, str]:
@@ -134,7 +141,8 @@ def _norm_url(path: str) -> tuple[str, str]:
     return proto, posixpath.normpath("/" + rest.strip("/"))
 
 
-def _check_url_output(output: str, inputs: Sequence[str], protected: Sequence[str], overwrite: bool) -> None:
+def _check_url_output(output: str, inputs: Sequence[str], protected: Sequence[str], overwrite: bool,
+                      dry_run: bool) -> None:
     proto, out = _norm_url(output)
     for place in [*inputs, *protected]:
         place = str(place)
@@ -147,7 +155,7 @@ def _check_url_output(output: str, inputs: Sequence[str], protected: Sequence[st
     if fs.exists(root):
         if not fs.isdir(root):
             raise UsageError(f"OUTPUT {output!r} exists and is a file; give a directory path.")
-        _check_existing(fs, root, output, overwrite)
+        _check_existing(fs, root, output, overwrite, dry_run)
 
 
 def expand_protected(paths: Sequence[str]) -> list[str]:
