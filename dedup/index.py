@@ -280,10 +280,11 @@ def index_meta(params: Params, *, uid: str, id_type: pa.DataType, partitions: in
     """index.json of OUTPUT's index: `files` holds the stamp of every file it points at (relative to
     OUTPUT: its shards and the index's own files), and a checksum seals the whole."""
     at = index_url(output)
-    return stamps.seal({"format": FORMAT, "files": files, "uid": uid, "fingerprint": index_fingerprint(params), "params": index_params(params),
-            "id_type": str(id_type), "id_kind": id_kind(id_type), "text_column": text_column, "partitions": partitions,
-            "bucket_partitions": bucket_parts, "id_partitions": id_parts, "documents": documents, "bytes": nbytes,
-            "sources": [s.as_source(at) for s in sources]})
+    return stamps.seal({
+        "format": FORMAT, "files": files, "uid": uid, "fingerprint": index_fingerprint(params),
+        "params": index_params(params), "id_type": str(id_type), "id_kind": id_kind(id_type), "text_column": text_column,
+        "partitions": partitions, "bucket_partitions": bucket_parts, "id_partitions": id_parts, "documents": documents,
+        "bytes": nbytes, "sources": [s.as_source(at) for s in sources]})
 
 
 # -- per-partition work (workers) -------------------------------------------------------------------
