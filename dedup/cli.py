@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import json
 import logging
@@ -383,6 +384,19 @@ def _unraisable(hook: Any) -> Any:
     return quiet
 
 
+def _message(exc: BaseException, args: argparse.Namespace) -> str:
+    """What the user reads for a failure: the first real cause where a library wraps it (no space left),
+    on one line."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            where = getattr(args, "output", None)
+            return (f"no space left on the device{f' holding OUTPUT {where!r}' if where else ''} ({seen}); free space "
+                    "there or choose another OUTPUT. OUTPUT was left as it was.")
+        seen = seen.__cause__ or seen.__context__
+    return str(exc).strip() or f"{type(exc).__name__} (no message; run with --verbose for the traceback)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 done, 1 the run failed, 2 bad usage (arguments, paths, input), 130 interrupted
     before OUTPUT was replaced (OUTPUT as it was)."""
@@ -421,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        print(f"dedup: error: {exc}", file=sys.stderr)
+        print(f"dedup: error: {_message(exc, args)}", file=sys.stderr)
         return 2 if stage == "usage" or isinstance(exc, UsageError) else 1
 
 

@@ -331,7 +331,10 @@ def _write_sorted(table: pa.Table, keys: tuple[str, ...], path_url: str, row_gro
     import pyarrow.parquet as pq
 
     order = _sort_order([table.column(k).to_numpy() for k in keys])
+    from dedup.staging import check_live
+
     fs, path = fsspec.core.url_to_fs(path_url)
+    check_live(fs, path)
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     names = table.column_names
     with fs.open(path, "wb") as fh:

@@ -32,7 +32,7 @@ from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
 from dedup.decontam import PathLike, ProtectedNgrams
 from dedup.graphs import persist
 from dedup.plan import Plan, Report, Stage, prepare
-from dedup.runtime import active_client, compute, shared
+from dedup.runtime import active_client, compute, settle, shared
 from dedup.safety import MANIFEST, UsageError
 from dedup.staging import deferred_interrupts
 from dedup.text import TEXT_DTYPE
@@ -694,10 +694,11 @@ def execute(plan: Plan) -> dict[str, Any]:
         if deferred.received:
             log.warning("interrupt received after OUTPUT was replaced: %s holds the complete new output", plan.output)
     except BaseException:
-        if not staging.committed and not staging.remote:
-            staging.discard()
-        elif not staging.committed and staging.remote and not staging.fs.exists(f"{staging.tmp}/{MANIFEST}"):
-            staging.discard()
+        if not staging.committed and (not staging.remote or not staging.fs.exists(f"{staging.tmp}/{MANIFEST}")):
+            try:  # the tasks still running end (or find their run ended) before their directory goes
+                staging.discard(settle=settle)
+            except Exception as exc:  # the failure that brought us here is the one to report
+                log.warning("could not remove the staging directory %s (%s); remove it by hand", staging.url, exc)
         raise
     finally:
         plan.close()

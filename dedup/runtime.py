@@ -116,7 +116,10 @@ def start_forkserver() -> bool:
     import multiprocessing
     from multiprocessing import forkserver
 
-    environ = spawn_environ()
+    # Python 3.11 starts the forkserver with `-c` and does not give it this process's sys.path, so the
+    # working directory comes first on its path: run from a folder holding a clone of dedup (a `dedup`
+    # directory), the workers imported the clone's folder instead of the installed package
+    environ = {**spawn_environ(), "PYTHONSAFEPATH": "1"}
     if _forkserver_environ is not None:  # (should it have died, Dask starts it again with that environment)
         return environ == _forkserver_environ
     if _forkserver_pid() is not None:
@@ -344,8 +347,36 @@ def compute(*collections: Any, retries: int = 2) -> Any:
         with ProgressBar(out=sys.stderr):
             return dask.compute(*collections)
     futures = client.compute(list(collections), retries=retries)
-    show_progress(futures)
-    return client.gather(futures)
+    try:
+        show_progress(futures)
+        return client.gather(futures)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the tasks not started yet never start
+            client.cancel(futures, force=True)
+        raise
+
+
+SETTLE_SECONDS = 60.0
+"""How long a failed run waits for the cluster's running tasks to end before it removes its staging
+directory (its write tasks check the run's token before each file, so one still running then writes
+at most the file it has begun)."""
+
+
+def settle(seconds: float = SETTLE_SECONDS) -> None:
+    """Wait until the active cluster runs no task (a task cannot be stopped midway; a failed run's
+    futures are cancelled), for at most `seconds`."""
+    import time
+
+    client = active_client()
+    if client is None:
+        return
+    deadline = time.monotonic() + seconds
+    with contextlib.suppress(Exception):  # a scheduler that is gone runs nothing of ours
+        while time.monotonic() < deadline:
+            if not any(client.processing().values()):
+                return
+            time.sleep(0.1)
+        log.debug("tasks still running after %.0f s; removing the staging directory anyway", seconds)
 
 
 def shared(value: Any) -> Any:

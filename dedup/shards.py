@@ -317,7 +317,10 @@ def read_features_input(shards: Sequence[Shard], id_column: str, text_column: st
 
 
 def write_shard(table: pa.Table, fs: Any, path: str) -> None:
-    """Write one output shard (parent directories created)."""
+    """Write one output shard (parent directories created), unless its run has ended."""
+    from dedup.staging import check_live
+
+    check_live(fs, path)
     parent = posixpath.dirname(path)
     if parent:
         fs.makedirs(parent, exist_ok=True)

@@ -55,6 +55,24 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, f"could not swap {b!r} with the new output: {os.strerror(err)}")
 
 
+LIVE = "_dedup.live"
+"""A token file in the staging directory while its run lives: write tasks check it before each file
+(`check_live`), so a task still running after its run failed never writes into a removed directory."""
+_STAGING_DIR = re.compile(r"^(.*/\.[^/]+\.dedup-tmp-[0-9a-f]{12})(/|$)")
+
+
+class RunEnded(RuntimeError):
+    """Raised by a write task whose run has ended (its staging directory's token is gone)."""
+
+
+def check_live(fs: Any, path: str) -> None:
+    """Raise `RunEnded` unless the staging directory holding `path` still has its run's token; a path
+    outside a staging directory passes."""
+    found = _STAGING_DIR.match(path)
+    if found and not fs.exists(f"{found.group(1)}/{LIVE}"):
+        raise RunEnded(f"the run that wrote {found.group(1)} has ended: not writing {path}")
+
+
 INTERRUPT_REQUESTED = threading.Event()
 """Set by the CLI's signal handler: a commit that has not started yet must not start."""
 
@@ -109,6 +127,7 @@ class Staging:
             self._lock()
             self._remove_stale()
             self.fs.makedirs(self.tmp, exist_ok=True)
+            self.fs.pipe(f"{self.tmp}/{LIVE}", b"")
         except PermissionError as exc:
             self.close()
             raise UsageError(f"Cannot write next to OUTPUT {output!r} ({exc.strerror or exc}); "
@@ -203,6 +222,7 @@ class Staging:
         """Publish the staging directory as OUTPUT (the caller defers interrupts around this)."""
         if INTERRUPT_REQUESTED.is_set():  # an interrupt whose KeyboardInterrupt was swallowed somewhere
             raise KeyboardInterrupt
+        self.remove(LIVE)
         if self.remote:
             self._commit_remote()
         else:
@@ -240,8 +260,23 @@ class Staging:
         self.fs.rm(f"{self.root}/{INCOMPLETE}")
         self.fs.rm(self.tmp, recursive=True)
 
-    def discard(self) -> None:
-        """Remove the staging directory (OUTPUT is untouched)."""
+    def discard(self, settle: Any = None) -> None:
+        """Remove the staging directory (OUTPUT is untouched). The run's token goes first, so that no
+        write task starts a file in it; `settle()` then waits for the tasks still running, and the
+        removal is retried while a late file appears in it."""
         with contextlib.suppress(FileNotFoundError):
-            if self.fs.exists(self.tmp):
-                self.fs.rm(self.tmp, recursive=True)
+            self.remove(LIVE)
+        if settle is not None:
+            settle()
+        for attempt in range(10):
+            try:
+                if self.fs.exists(self.tmp):
+                    self.fs.rm(self.tmp, recursive=True)
+                return
+            except FileNotFoundError:
+                return
+            except OSError as exc:  # a file created while it was removed ("Directory not empty")
+                if attempt == 9:
+                    raise
+                log.debug("staging directory not removed yet (%s); trying again", exc)
+                time.sleep(0.5)
