@@ -27,6 +27,9 @@ from dedup.config import (
 )
 from dedup.runtime import start_forkserver, stop_forkserver
 from dedup.safety import UsageError
+from dedup.watchdog import DEFAULT_LIMIT as STALL_TIMEOUT
+from dedup.watchdog import FAILED as STALLS
+from dedup.watchdog import WARN_AFTER
 
 log = logging.getLogger("dedup")
 P = Params()
@@ -88,6 +91,10 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
                         "(default: $DASK_SCHEDULER_ADDRESS if set, else a local cluster)")
     r.add_argument("--scheduler-file", metavar="FILE", help="scheduler file written by `dask scheduler --scheduler-file`")
     r.add_argument("--n-workers", type=int, help="worker processes of the local cluster (default: one per core)")
+    r.add_argument("--stall-timeout", type=float, metavar="SECONDS", default=STALL_TIMEOUT,
+                   help="end the run when the cluster has made no progress for this long because its workers are "
+                        "paused for memory, there are none, or none runs the job's tasks (a message names the cause "
+                        f"after {WARN_AFTER:.0f} s; long-running tasks are only reported; default: {STALL_TIMEOUT:.0f})")
     r.add_argument("--threads", type=int, metavar="N",
                    help="no cluster: run in this process on N threads (fastest on one machine, for a corpus whose "
                         "features, about 0.6 KB a document, fit its memory; nothing spills to disk)")
@@ -193,6 +200,8 @@ def _check_runtime(args: argparse.Namespace) -> None:
                          "`dask scheduler --scheduler-file FILE` first, or give --scheduler ADDRESS.")
     if args.partition_rows is not None and args.partition_rows < 1:
         raise UsageError(f"--partition-rows must be an integer >= 1. Got {args.partition_rows} instead.")
+    if args.stall_timeout <= 0:
+        raise UsageError(f"--stall-timeout must be a number of seconds > 0. Got {args.stall_timeout} instead.")
     if args.n_workers is not None and args.n_workers < 1:
         raise UsageError(f"--n-workers must be an integer >= 1. Got {args.n_workers} instead.")
     if args.threads is not None:
@@ -260,7 +269,7 @@ def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
                                  daemon=True)
     importing.start()
     try:
-        with dask_client(args.scheduler, args.scheduler_file, args.n_workers, args.threads):
+        with dask_client(args.scheduler, args.scheduler_file, args.n_workers, args.threads, args.stall_timeout):
             importing.join()
             from dedup import pipeline
 
@@ -346,7 +355,7 @@ def _demo(args: argparse.Namespace) -> dict[str, Any]:
     prot.write_text("".join(json.dumps(r) + "\n" for r in protected_example(docs)))
     log.info("demo: wrote %d documents in %d shards to %s and a protected file %s", len(docs), shards, inp, prot)
     _quiet_libraries(args.verbose, cluster=True)
-    with dask_client(n_workers=args.n_workers):
+    with dask_client(n_workers=args.n_workers, stall_timeout=STALL_TIMEOUT):
         manifest = pipeline.run(str(inp), str(out), protected=[str(prot)], overwrite=True)
     kept = pd.read_parquet(out)
     copies = len(frame) - frame["family"].nunique()
@@ -426,6 +435,9 @@ def main(argv: list[str] | None = None) -> int:
         log.debug("finished in %.1f s", time.perf_counter() - start)
         return 0
     except KeyboardInterrupt:
+        if STALLS:
+            print(f"dedup: error: {STALLS[0]} OUTPUT was left as it was.", file=sys.stderr)
+            return 1
         if plan is not None and plan.staging.committed:
             print(f"dedup: interrupted after OUTPUT was replaced; {args.output} holds the complete new output",
                   file=sys.stderr)

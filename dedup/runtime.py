@@ -15,9 +15,11 @@ log = logging.getLogger("dedup")
 
 @contextlib.contextmanager
 def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
-                n_workers: int | None = None, threads: int | None = None) -> Iterator[Any]:
+                n_workers: int | None = None, threads: int | None = None,
+                stall_timeout: float | None = None) -> Iterator[Any]:
     """A distributed Client for the job; a local process cluster when neither address nor file is given;
-    with `threads`, no cluster and no client (None): `in_process`."""
+    with `threads`, no cluster and no client (None): `in_process`. With `stall_timeout`, a
+    `dedup.watchdog.Watchdog` says when the cluster makes no progress and ends the run after that long."""
     if threads is not None:
         if scheduler or scheduler_file or n_workers:
             raise ValueError("Give --threads alone: it runs without a cluster (no --scheduler, --scheduler-file or "
@@ -38,7 +40,8 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
             log.info("connected to %s (%d workers); dashboard %s", client.scheduler.address,
                      len(client.scheduler_info(n_workers=-1)["workers"]), client.dashboard_link)
             warming = warm_up(client)
-            yield client
+            with watching(client, stall_timeout):
+                yield client
             del warming
         finally:
             client.close()
@@ -59,8 +62,24 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
                          silence_logs=quiet, preload=[__name__]) as cluster, \
             Client(cluster) as client:
         log.info("local cluster: %d worker processes; dashboard %s", workers, client.dashboard_link)
-        yield client
+        with watching(client, stall_timeout):
+            yield client
         stop_workers(cluster)
+
+
+@contextlib.contextmanager
+def watching(client: Any, stall_timeout: float | None) -> Iterator[None]:
+    """A `dedup.watchdog.Watchdog` on `client`'s cluster while the block runs (none without a timeout)."""
+    if stall_timeout is None:
+        yield
+        return
+    from dedup.watchdog import Watchdog
+
+    dog = Watchdog(client, stall_timeout).start()
+    try:
+        yield
+    finally:
+        dog.stop()
 
 
 MALLOC_ENVIRON = {"MALLOC_TRIM_THRESHOLD_": 16 * 2**20, "MALLOC_MMAP_THRESHOLD_": 4 * 2**20}
@@ -367,9 +386,13 @@ def settle(seconds: float = SETTLE_SECONDS) -> None:
     futures are cancelled), for at most `seconds`."""
     import time
 
+    from dedup.watchdog import FAILED
+
     client = active_client()
     if client is None:
         return
+    if FAILED:  # a stalled cluster's tasks may never end: the token keeps them from writing
+        seconds = min(seconds, 5.0)
     deadline = time.monotonic() + seconds
     with contextlib.suppress(Exception):  # a scheduler that is gone runs nothing of ours
         while time.monotonic() < deadline:

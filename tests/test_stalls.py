@@ -1,0 +1,104 @@
+"""No silent waits: paused workers and empty clusters are named within a minute and end the run
+after --stall-timeout; local workers import the installed dedup whatever the working directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dedup.watchdog import WARN_AFTER, Watchdog
+from tests.conftest import DASK_BIN, write_shards
+
+DEDUP = [sys.executable, "-m", "dedup"]
+
+
+def _start(args: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([str(DASK_BIN), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _scheduler(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    sched = tmp_path / "scheduler.json"
+    proc = _start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(sched)])
+    deadline = time.time() + 60
+    while not sched.exists():
+        assert time.time() < deadline, "dask scheduler did not start"
+        time.sleep(0.2)
+    return proc, sched
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def test_memory_paused_workers_are_named_within_a_minute_then_fail_the_run(tmp_path: Path,
+                                                                          corpus_frame: pd.DataFrame) -> None:
+    """Workers without a nanny and a 300 MB limit pause (memory above 80% of it) once the job's
+    modules are loaded: Dask waits for them for ever; dedup says why and ends the run."""
+    src = write_shards(corpus_frame, tmp_path / "in", 2)
+    scheduler, sched = _scheduler(tmp_path)
+    procs = [scheduler]
+    try:
+        procs += [_start(["worker", "--scheduler-file", str(sched), "--nthreads", "1", "--no-dashboard", "--host",
+                          "127.0.0.1", "--memory-limit", "300MB", "--no-nanny"]) for _ in range(2)]
+        started = time.monotonic()
+        got = subprocess.run([*DEDUP, "run", str(src), str(tmp_path / "out"), "--scheduler-file", str(sched),
+                              "--stall-timeout", "40"], capture_output=True, text=True, timeout=240)
+        took = time.monotonic() - started
+    finally:
+        _stop(procs)
+    assert got.returncode == 1, got.stderr
+    warned = [line for line in got.stderr.splitlines() if " WARNING no progress for " in line]
+    assert warned and "paused" in warned[0] and "memory limit" in warned[0], got.stderr
+    last = got.stderr.strip().splitlines()[-1]
+    assert last.startswith("dedup: error: no progress for") and "paused" in last and "--stall-timeout 40" in last, last
+    assert "Traceback" not in got.stderr and took < 180
+    assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir() if "dedup-tmp" in p.name] == []
+
+
+class _Client:
+    """What the watchdog reads from a client, as a scheduler would answer (for `Watchdog.cause`)."""
+
+
+@pytest.mark.parametrize(("workers", "processing", "paused_seen", "says", "blocks"), [
+    ({}, frozenset(), False, "has no workers", True),
+    ({"a": {"status": "paused", "memory_limit": 300 * 2**20}, "b": {"status": "running", "memory_limit": 300 * 2**20}},
+     frozenset({"x"}), False, "1 of 2 worker(s) paused", True),
+    ({"a": {"status": "running", "memory_limit": 2**30}}, frozenset({"x"}), True, "paused", True),
+    ({"a": {"status": "running", "memory_limit": 2**30}}, frozenset(), False, "none of the job's tasks", True),
+    ({"a": {"status": "running", "memory_limit": 2**30}}, frozenset({"x", "y"}), False, "2 task(s) still running", False),
+])
+def test_the_cause_named_is_what_the_scheduler_reports(workers: dict, processing: frozenset, paused_seen: bool,
+                                                       says: str, blocks: bool) -> None:
+    why, blocking = Watchdog(_Client(), 10).cause(workers, processing, paused_seen)
+    assert says in why and blocking is blocks
+    assert WARN_AFTER <= 60
+
+
+def test_local_workers_import_the_installed_dedup_from_a_folder_holding_a_clone(tmp_path: Path,
+                                                                                corpus_frame: pd.DataFrame) -> None:
+    """A newcomer runs dedup from the folder they cloned it into: `./dedup/` is the clone (its
+    `docs/`, its `dedup/` package), which the local workers must not import instead of the install."""
+    src = write_shards(corpus_frame, tmp_path / "in", 2)
+    clone = tmp_path / "here" / "dedup"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "dedup", clone / "dedup")
+    (clone / "docs").mkdir()
+    (clone / "docs" / "contract.md").write_text("# contract\n")
+    got = subprocess.run(["dedup", "run", str(src), str(tmp_path / "out"), "--n-workers", "1", "--stall-timeout", "60"],
+                         capture_output=True, text=True, timeout=240, cwd=tmp_path / "here",
+                         env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    assert got.returncode == 0, got.stderr
+    assert "ImportError" not in got.stderr and "Traceback" not in got.stderr
