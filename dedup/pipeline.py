@@ -34,6 +34,7 @@ from dedup.graphs import persist
 from dedup.plan import Plan, Report, Stage, prepare
 from dedup.runtime import active_client, compute, settle, shared
 from dedup.safety import MANIFEST, UsageError
+from dedup.shown import shorten, shown_repr
 from dedup.staging import deferred_interrupts
 from dedup.text import TEXT_DTYPE
 
@@ -189,10 +190,11 @@ def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sampl
     if not skip:
         where = ""
         if locate is not None:
-            where = " (" + ", ".join(f"{i!r} in {f} row {r}" for i, (f, r) in
+            where = " (" + ", ".join(f"{shown_repr(i)} in {f} row {r}" for i, (f, r) in
                                      zip(sample["_id"], (locate(int(k)) for k in sample["doc"]))) + ")"
+        named = ", ".join(shown_repr(str(i)) for i in sample["_id"].head(5))
         raise ValueError(f"{count} document id(s) in column {id_column!r} were already read by an earlier run given "
-                         f"with --against, e.g. {[str(i) for i in sample['_id'].head(5)]}{where}. Pass "
+                         f"with --against, e.g. [{named}]{where}. Pass "
                          "--skip-existing to leave them out, or give them new ids. Nothing was written.")
     report.skipped_existing = count
     found = conflicts[conflicts["kind"] == 1][["doc", "_id"]]
@@ -535,9 +537,9 @@ def _warnings(report: Report, params: Params) -> list[str]:
     out = []
     for r in report.contaminated_by_record:
         if report.input_rows and r["documents"] > stages.CONTAMINATION_WARN_SHARE * report.input_rows:
-            out.append(f"Protected record {r['record']} of {r['file']} alone removes {r['documents']:,} documents "
+            out.append(f"Protected record {shorten(r['record'])} of {r['file']} alone removes {r['documents']:,} documents "
                        f"({100 * r['documents'] / report.input_rows:.1f}% of the corpus), e.g. by the n-gram "
-                       f"'{r['ngram']}': check that it is eval text and not boilerplate.")
+                       f"'{shorten(r['ngram'])}': check that it is eval text and not boilerplate.")
     if report.approximated_buckets:
         out.append(f"{report.approximated_buckets} LSH bucket(s) had more than {params.max_bucket} distinct texts "
                    f"(largest {report.largest_approximated_bucket}) and were joined by star edges, not all pairs.")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dedup.lsh import probability
+from dedup.shown import shorten
 
 log = logging.getLogger("dedup")
 
@@ -140,7 +141,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:.8rem;margin:.6rem 0 1.2rem}
 .doc{background:#f7f7f7;border:1px solid #e3e3e3;padding:.5rem;font-size:.85rem;white-space:pre-wrap;overflow-wrap:anywhere}
 mark{background:#ffe08a} .warn{background:#fff1f0;border:1px solid #e45756;padding:.6rem;margin:.6rem 0}
-code{background:#f2f2f2;padding:0 .2rem} svg{max-width:100%;height:auto}
+code{background:#f2f2f2;padding:0 .2rem} td,th,h4,p{overflow-wrap:anywhere} svg{max-width:100%;height:auto}
 """
 
 
@@ -152,7 +153,9 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
     total = m["input_rows"] or 1
     rows = [("input rows", m["input_rows"]), ("contaminated, dropped", m["contaminated_dropped"]),
             ("near duplicates found", m["near_duplicates_found"]),
-            ("near duplicates dropped", m["near_duplicates_dropped"]), ("output rows", m["output_rows"])]
+            ("near duplicates dropped", m["near_duplicates_dropped"]),
+            *([("skipped, id already indexed", m["skipped_existing"])] if m.get("skipped_existing") else []),
+            ("output rows", m["output_rows"])]
     parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>dedup report: {e(str(m['output']))}</title>"
              f"<style>{CSS}</style></head><body>",
              f"<h1>What dedup removed, and why</h1><p>Input <code>{e(str(m['input']))}</code> ({m['input_files']:,} "
@@ -162,8 +165,10 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
     for name, value in rows:
         parts.append(f"<tr><th>{name}</th><td class='n' data-key='{e(name)}'>{value:,}</td>"
                      f"<td class='n'>{100 * value / total:.1f}%</td></tr>")
+    skipped = m.get("skipped_existing") or 0
     parts.append(f"</table><p>{m['input_rows']:,} = {m['output_rows']:,} + {m['near_duplicates_dropped']:,} + "
-                 f"{m['contaminated_dropped']:,} (output + near duplicates dropped + contaminated).</p>")
+                 f"{m['contaminated_dropped']:,}{f' + {skipped:,}' if skipped else ''} (output + near duplicates dropped + "
+                 f"contaminated{' + skipped' if skipped else ''}).</p>")
     for w in m.get("warnings", []):
         parts.append(f"<div class='warn'>{e(w)}</div>")
     if m.get("near_dedup"):
@@ -180,11 +185,11 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
             parts.append("<h3>The largest clusters</h3><p>The root (kept) on the left; members (dropped) on the right, "
                          "with the words the other text lacks highlighted.</p>")
         for c in extras.clusters:
-            parts.append(f"<h4>root {e(str(c.root))}: {c.size:,} documents</h4>")
+            parts.append(f"<h4>root {e(shorten(c.root))}: {c.size:,} documents</h4>")
             for mem in c.members:
                 left, right = _diff(_short(c.root_text), _short(mem["text"]))
                 sim = f"estimate {mem['estimate']:.3f}, exact Jaccard {mem['jaccard']:.3f}"
-                parts.append(f"<p>{e(str(c.root))} ↔ {e(str(mem['id']))}: {sim}</p>"
+                parts.append(f"<p>{e(shorten(c.root))} ↔ {e(shorten(mem['id']))}: {sim}</p>"
                              f"<div class='pair'><div class='doc'>{left}</div><div class='doc'>{right}</div></div>")
     if m.get("protected_files"):
         parts.append("<h2>Decontamination</h2><table><tr><th>protected file</th><th>documents removed</th></tr>")
@@ -194,9 +199,10 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
                      "<th>share</th><th>a matching n-gram</th><th>an example document</th></tr>")
         for r in m["contaminated_by_record"][:25]:
             example = extras.record_examples.get((r["file"], r["record"]), "")
-            parts.append(f"<tr><td><code>{e(r['file'])}</code></td><td>{e(r['record'])}</td>"
+            parts.append(f"<tr><td><code>{e(r['file'])}</code></td><td>{e(shorten(r['record']))}</td>"
                          f"<td class='n'>{r['documents']:,}</td><td class='n'>{100 * r['documents'] / total:.1f}%</td>"
-                         f"<td><mark>{e(r['ngram'])}</mark></td><td><div class='doc'>{e(_short(example)[:400])}</div></td></tr>")
+                         f"<td><mark>{e(shorten(r['ngram']))}</mark></td>"
+                         f"<td><div class='doc'>{e(_short(example)[:400])}</div></td></tr>")
         parts.append("</table>")
     parts.append("<h2>Parameters</h2><table>")
     for k, v in sorted(m["parameters"].items()):

@@ -24,6 +24,7 @@ from dedup.config import Params
 from dedup.decontam import ProtectedNgrams
 from dedup.graphs import exchanged, gathered, persist, shuffled
 from dedup.runtime import active_client, compute, shared
+from dedup.shown import shown_repr
 from dedup.text import encode_batch
 from dedup.unionfind import components
 
@@ -273,10 +274,10 @@ def check_unique_ids(repeated: pd.DataFrame, id_column: str,
     where = ""
     if locate is not None:
         spots = [locate(int(k)) for k in repeated["doc"].head(6)]
-        where = " (" + ", ".join(f"{i!r} in {f} row {r}" for (f, r), i in zip(spots, repeated["_id"].head(6))) + ")"
+        where = " (" + ", ".join(f"{shown_repr(i)} in {f} row {r}" for (f, r), i in zip(spots, repeated["_id"].head(6))) + ")"
     number = count if count is not None else len(names)
     raise ValueError(f"{number} document id(s) in column {id_column!r} occur more than once, e.g. "
-                     f"{names[:5]}{where}; ids must be unique. Nothing was written.")
+                     f"[{', '.join(shown_repr(n) for n in names[:5])}]{where}; ids must be unique. Nothing was written.")
 
 
 # -- contamination ---------------------------------------------------------------------------------
