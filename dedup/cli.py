@@ -198,6 +198,15 @@ def _check_runtime(args: argparse.Namespace) -> None:
     if args.scheduler_file and not Path(args.scheduler_file).is_file():
         raise UsageError(f"--scheduler-file {args.scheduler_file!r} does not exist; start the scheduler with "
                          "`dask scheduler --scheduler-file FILE` first, or give --scheduler ADDRESS.")
+    if args.scheduler_file:
+        try:
+            address = json.loads(Path(args.scheduler_file).read_text()).get("address")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise UsageError(f"--scheduler-file {args.scheduler_file!r} is not a scheduler file ({exc}); give the file "
+                             "`dask scheduler --scheduler-file FILE` wrote.") from None
+        if not isinstance(address, str) or "://" not in address:
+            raise UsageError(f"--scheduler-file {args.scheduler_file!r} names no scheduler address; give the file "
+                             "`dask scheduler --scheduler-file FILE` wrote.")
     if args.partition_rows is not None and args.partition_rows < 1:
         raise UsageError(f"--partition-rows must be an integer >= 1. Got {args.partition_rows} instead.")
     if args.stall_timeout <= 0:

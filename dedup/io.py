@@ -9,12 +9,14 @@ import fsspec
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dedup.shards import open_input
+
 
 def null_id_rows(files: Sequence[str], id_column: str, limit: int = 5) -> list[tuple[str, int]]:
     """(file, row) of the first null ids, reading only the id column of each file."""
     found: list[tuple[str, int]] = []
     for f in files:
-        with fsspec.open(f, "rb") as fh:
+        with open_input(f) as fh:
             col = pq.read_table(fh, columns=[id_column]).column(0)
         if col.null_count:
             rows = pc.indices_nonzero(pc.is_null(col)).to_pylist()

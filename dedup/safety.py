@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import posixpath
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def input_places(input: str, files: Sequence[str]) -> list[str]:
     """The local paths OUTPUT must stay clear of for this INPUT: the input itself, each file, a glob's base."""
     if is_url(input):
         return []
-    places = [input] if not _magic(input) else [_glob_base(input)]
+    literal = not _magic(input) or os.path.exists(os.path.expanduser(input.removeprefix("file://")))
+    places = [input] if literal else [_glob_base(input)]
     return places + [f for f in files if not is_url(f)]
 
 
@@ -113,10 +115,22 @@ def check_output(output: str, *, inputs: Sequence[str], protected: Sequence[str]
     if raw.exists():
         if not raw.is_dir():
             raise UsageError(f"OUTPUT {output!r} exists and is not a directory; give a directory path.")
-        if os.path.ismount(raw):
+        if os.path.ismount(raw) or str(raw.resolve()) in mount_points():
             raise UsageError(f"OUTPUT {output!r} is a mount point, which cannot be replaced atomically; "
                              "give a subdirectory of it.")
         _check_existing(fsspec.filesystem("file"), str(raw), output, overwrite, dry_run)
+
+
+def mount_points() -> set[str]:
+    """Every mount point of this process's mount namespace (Linux), bind mounts of the same file system
+    included, which `os.path.ismount` misses; empty where /proc is not there."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return set()
+    decode = re.compile(r"\\([0-7]{3})")
+    return {decode.sub(lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in lines if len(line.split()) > 4}
 
 
 def _check_existing(fs: fsspec.AbstractFileSystem, root: str, output: str, overwrite: bool, dry_run: bool) -> None:
@@ -163,7 +177,7 @@ def expand_protected(paths: Sequence[str]) -> list[str]:
     out: list[str] = []
     for p in paths:
         p = str(p)
-        if _magic(p) and not is_url(p):
+        if _magic(p) and not is_url(p) and not os.path.exists(p):
             found = sorted(glob.glob(p))
             if not found:
                 raise UsageError(f"--protected {p!r} matches no file.")

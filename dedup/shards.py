@@ -46,6 +46,14 @@ class Shard:
     schema: pa.Schema
 
 
+def open_input(path: str) -> Any:
+    """An input file opened for reading: a URL through fsspec, a local path as it is (a name with `::`
+    or `[` is a name, not a chained URL or a pattern)."""
+    if is_url(path):
+        return fsspec.open(path, "rb").open()
+    return open(path.removeprefix("file://"), "rb")
+
+
 def discover(path: str) -> list[str]:
     """The Parquet files of a file, a directory tree, a glob or a URL, sorted.
 
@@ -62,7 +70,8 @@ def discover(path: str) -> list[str]:
             if not found:
                 raise UsageError(f"No input files at {path!r}.")
         return sorted(f"{proto}://{f}" for f in found)
-    if any(c in path for c in "*?["):
+    path = path.removeprefix("file://")
+    if any(c in path for c in "*?[") and not os.path.exists(path):  # `corpus[2024]` is a directory's name
         files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f))
         if not files:
             raise UsageError(f"No input files match {path!r}.")
@@ -96,7 +105,7 @@ def output_names(files: Sequence[str]) -> list[str]:
 
 def _footer(path: str) -> tuple[int, int, pa.Schema] | Exception:
     try:
-        with fsspec.open(path, "rb") as fh:
+        with open_input(path) as fh:
             pf = pq.ParquetFile(fh)
             md = pf.metadata
             nbytes = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
@@ -198,8 +207,39 @@ def check_columns(shards: Sequence[Shard], schema: pa.Schema, id_column: str, te
             raise UsageError(f"{s.path}: the id column {id_column!r} has type {itype}; ids must be strings or integers.")
     if CLUSTER_COLUMN in schema.names:
         raise UsageError(f"The input already has a {CLUSTER_COLUMN!r} column; rename or drop it first.")
+    if any(s.schema.field(id_column).type == pa.uint64() for s in shards):
+        _check_uint64_ids([s.path for s in shards if s.schema.field(id_column).type == pa.uint64()], id_column)
     if shards and pa.types.is_null(schema.field(id_column).type):
         raise UsageError(f"The id column {id_column!r} is null in every shard; every document needs an id.")
+
+
+INT64_MAX = 2**63 - 1
+"""Integer ids are compared as int64: uint64 ids above this cannot be (cast them to strings)."""
+
+
+def _too_large(message: str) -> UsageError:
+    return UsageError(f"{message}; integer ids are compared as 64-bit signed integers, so uint64 ids must be below "
+                      "2^63. Cast the id column to strings (or int64) first.")
+
+
+def _check_uint64_ids(paths: Sequence[str], id_column: str) -> None:
+    """Refuse uint64 ids of 2^63 or more, found in the footers' statistics (a file without them is
+    checked when it is read: `read_features_input`)."""
+    def largest(path: str) -> int | None:
+        with open_input(path) as fh:
+            md = pq.ParquetFile(fh).metadata
+        col = md.schema.to_arrow_schema().get_field_index(id_column)
+        top = None
+        for g in range(md.num_row_groups):
+            st = md.row_group(g).column(col).statistics
+            if st is not None and st.has_min_max:
+                top = max(int(st.max), top or 0)
+        return top
+
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(paths)))) as pool:
+        for path, top in zip(paths, pool.map(largest, paths)):
+            if top is not None and top > INT64_MAX:
+                raise _too_large(f"{path}: the id column {id_column!r} holds {top}")
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -230,14 +270,14 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
     Decoded on the calling thread: a task already has its core (a worker runs a task a core), and
     Arrow's pool of a thread a core only added hand-offs: one 15 MB shard took 47 ms with it and
     30 ms without (the minimum of 5 reads)."""
-    with fsspec.open(path, "rb") as fh:
+    with open_input(path) as fh:
         return pq.ParquetFile(fh).read(columns=columns, use_pandas_metadata=False, use_threads=False)
 
 
 def read_rows(path: str, rows: Sequence[int], column: str) -> list[Any]:
     """The values of `column` at the given rows of one file, as Python objects, reading only that
     column of the row groups that hold them (the report's few example texts)."""
-    with fsspec.open(path, "rb") as fh:
+    with open_input(path) as fh:
         pf = pq.ParquetFile(fh)
         sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
         starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
@@ -303,7 +343,12 @@ def read_features_input(shards: Sequence[Shard], id_column: str, text_column: st
         if not pa.types.is_null(txt.type):
             _bad_utf8(s.path, txt, text_column)
         if pa.types.is_integer(id_type):
-            ids.append(idc.cast(pa.int64()).to_numpy())
+            try:
+                ids.append(idc.cast(pa.int64()).to_numpy())
+            except pa.ArrowInvalid:
+                raw = idc.cast(pa.uint64()).to_numpy()
+                row = int(np.flatnonzero(raw > INT64_MAX)[0])
+                raise _too_large(f"{s.path}: row {row} of the id column {id_column!r} is {raw[row]}") from None
         else:
             if pa.types.is_dictionary(idc.type):
                 idc = idc.cast(idc.type.value_type)

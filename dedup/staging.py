@@ -245,10 +245,13 @@ class Staging:
 
     def _commit_remote(self) -> None:
         new = [f for f in self.files() if f != MANIFEST]
+        self.fs.makedirs(self.root, exist_ok=True)  # a no-op on object stores; real directories elsewhere
         self.fs.pipe(f"{self.root}/{INCOMPLETE}", b"a dedup commit is under way or failed midway; rerun with --overwrite\n")
         if self.fs.exists(f"{self.root}/{MANIFEST}"):
             self.fs.rm(f"{self.root}/{MANIFEST}")  # OUTPUT is incomplete from here until the new manifest
         for rel in new:
+            if "/" in rel:  # fsspec's copy creates no parent directory on file systems that have them
+                self.fs.makedirs(f"{self.root}/{rel.rsplit('/', 1)[0]}", exist_ok=True)
             self.fs.copy(f"{self.tmp}/{rel}", f"{self.root}/{rel}")
         keep = set(new) | {MANIFEST, INCOMPLETE}
         if self.fs.exists(self.root):
