@@ -283,6 +283,9 @@ def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
             from dedup import pipeline
 
             return pipeline.execute(plan)
+    except BaseException:
+        plan.staging.abandon()  # interrupted or failed before the job started (cluster start, imports)
+        raise
     finally:
         plan.close()
 
@@ -412,6 +415,11 @@ def _message(exc: BaseException, args: argparse.Namespace) -> str:
             return (f"no space left on the device{f' holding OUTPUT {where!r}' if where else ''} ({seen}); free space "
                     "there or choose another OUTPUT. OUTPUT was left as it was.")
         seen = seen.__cause__ or seen.__context__
+    if type(exc).__name__ in ("FuturesCancelledError", "CancelledError"):  # distributed's: a lost scheduler
+        lines = str(exc).splitlines()
+        reason = next((line.split("for reason:", 1)[1].strip(" .") for line in lines if "for reason:" in line), "unknown")
+        return (f"the scheduler cancelled the job's tasks (reason: {reason}): it stopped, restarted or could not be "
+                "reached. OUTPUT was left as it was; run the job again once the scheduler is back.")
     return str(exc).strip() or f"{type(exc).__name__} (no message; run with --verbose for the traceback)"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import fsspec
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 

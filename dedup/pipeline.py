@@ -696,11 +696,7 @@ def execute(plan: Plan) -> dict[str, Any]:
         if deferred.received:
             log.warning("interrupt received after OUTPUT was replaced: %s holds the complete new output", plan.output)
     except BaseException:
-        if not staging.committed and (not staging.remote or not staging.fs.exists(f"{staging.tmp}/{MANIFEST}")):
-            try:  # the tasks still running end (or find their run ended) before their directory goes
-                staging.discard(settle=settle)
-            except Exception as exc:  # the failure that brought us here is the one to report
-                log.warning("could not remove the staging directory %s (%s); remove it by hand", staging.url, exc)
+        staging.abandon(settle=settle)  # the tasks still running end (or find their run ended) first
         raise
     finally:
         plan.close()

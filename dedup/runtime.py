@@ -144,6 +144,7 @@ def start_forkserver() -> bool:
     if _forkserver_pid() is not None:
         return False  # started by someone else, with other modules and perhaps another environment
     multiprocessing.get_context("forkserver").set_forkserver_preload([FORKSERVER_PRELOAD])
+    _quiet_resource_tracker()
     saved = {k: os.environ.get(k) for k in environ}
     try:
         os.environ.update(environ)
@@ -156,6 +157,23 @@ def start_forkserver() -> bool:
                 os.environ[k] = v
     _forkserver_environ = environ
     return True
+
+
+def _quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (the forkserver would) with its warnings off: when a run
+    is interrupted while the local cluster starts, the tracker frees the semaphores the cluster had
+    made, as it should, and warned "leaked semaphore objects" into the user's terminal."""
+    from multiprocessing import resource_tracker
+
+    saved = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = "ignore::UserWarning"
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if saved is None:
+            del os.environ["PYTHONWARNINGS"]
+        else:
+            os.environ["PYTHONWARNINGS"] = saved
 
 
 def distributed_defaults() -> None:

@@ -263,6 +263,17 @@ class Staging:
         self.fs.rm(f"{self.root}/{INCOMPLETE}")
         self.fs.rm(self.tmp, recursive=True)
 
+    def abandon(self, settle: Any = None) -> None:
+        """After a failure or interrupt: remove the staging directory unless it was published, or it holds
+        a complete output an object store's commit failed to publish (the error names it); never raises,
+        so the failure that brought us here is the one reported."""
+        if self.committed or (self.remote and self.fs.exists(f"{self.tmp}/{MANIFEST}")):
+            return
+        try:
+            self.discard(settle)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not remove the staging directory %s (%s); remove it by hand", self.url, exc)
+
     def discard(self, settle: Any = None) -> None:
         """Remove the staging directory (OUTPUT is untouched). The run's token goes first, so that no
         write task starts a file in it; `settle()` then waits for the tasks still running, and the
