@@ -1,0 +1,158 @@
+"""The smaller promises: dry runs never delete, counts that add up with --skip-existing, ids that
+cannot be compared refused up front, long values shortened, every path form a user gives, OUTPUT
+on a file system with directories. Real Parquet, the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import write_shards
+
+DEDUP = [sys.executable, "-m", "dedup"]
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DEDUP, *args], capture_output=True, text=True, timeout=240, cwd=cwd)
+
+
+def _errors(res: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in res.stderr.splitlines() if " INFO " not in line and " WARNING " not in line]
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_dry_run_never_replaces_a_release(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
+    src = write_shards(corpus_frame, tmp_path / "in", 2)
+    out = tmp_path / "release"
+    assert _run("run", str(src), str(out), "--threads", "1").returncode == 0
+    before = _tree(out)
+    res = _run("run", str(src), str(out), "--dry-run", "--overwrite", "--threads", "1")
+    assert res.returncode == 2 and len(_errors(res)) == 1, res.stderr
+    assert "holds the shards of an earlier run" in res.stderr and "give the dry run a new OUTPUT" in res.stderr
+    assert _tree(out) == before
+    dry = tmp_path / "dry"
+    assert _run("run", str(src), str(dry), "--dry-run", "--threads", "1").returncode == 0
+    again = _run("run", str(src), str(dry), "--dry-run", "--overwrite", "--threads", "1")  # a dry run over a dry run
+    assert again.returncode == 0, again.stderr
+
+
+def test_the_page_counts_documents_skipped_with_skip_existing(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
+    f = corpus_frame[["id", "text"]]
+    first = write_shards(f.iloc[:300], tmp_path / "c1", 1)
+    second = write_shards(f.iloc[250:], tmp_path / "c2", 1)  # 50 ids the first run read
+    assert _run("near", str(first), str(tmp_path / "r1"), "--threads", "1").returncode == 0
+    res = _run("near", str(second), str(tmp_path / "r2"), "--threads", "1", "--against", str(tmp_path / "r1"),
+               "--skip-existing")
+    assert res.returncode == 0, res.stderr
+    m = json.loads((tmp_path / "r2" / "_dedup.json").read_text())
+    assert m["skipped_existing"] == 50
+    assert m["input_rows"] == m["output_rows"] + m["near_duplicates_dropped"] + m["contaminated_dropped"] + 50
+    page = (tmp_path / "r2" / "_report" / "index.html").read_text()
+    assert (f"{m['input_rows']:,} = {m['output_rows']:,} + {m['near_duplicates_dropped']:,} + "
+            f"{m['contaminated_dropped']:,} + 50 (output + near duplicates dropped + contaminated + skipped)") in page
+    assert "skipped, id already indexed" in page
+
+
+@pytest.mark.parametrize("largest", [2**63, 2**64 - 1])
+@pytest.mark.parametrize("statistics", [True, False])
+def test_uint64_ids_from_2_to_the_63_are_refused_naming_the_file(tmp_path: Path, corpus_frame: pd.DataFrame,
+                                                                 largest: int, statistics: bool) -> None:
+    n = 40
+    ids = pa.array([*range(n - 1), largest], pa.uint64())
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"id": ids, "text": corpus_frame["text"].iloc[:n].tolist()}), tmp_path / "in" / "u.parquet",
+                   write_statistics=statistics)
+    res = _run("run", str(tmp_path / "in"), str(tmp_path / "out"), "--threads", "1")
+    assert res.returncode == 2, res.stderr
+    errors = _errors(res)
+    assert len(errors) == 1 and "u.parquet" in errors[0] and str(largest) in errors[0] and "2^63" in errors[0], errors
+    if statistics:  # found in the footer: before any work
+        assert "features" not in res.stderr
+    else:
+        assert f"row {n - 1}" in errors[0]
+    below = pa.array([*range(n - 1), 2**63 - 1], pa.uint64())
+    pq.write_table(pa.table({"id": below, "text": corpus_frame["text"].iloc[:n].tolist()}), tmp_path / "in" / "u.parquet")
+    ok = _run("run", str(tmp_path / "in"), str(tmp_path / "out"), "--threads", "1")
+    assert ok.returncode == 0, ok.stderr
+    assert pq.read_table(tmp_path / "out" / "u.parquet").column("id").type == pa.uint64()
+
+
+def test_ten_kilobyte_ids_make_short_messages_and_a_page_that_keeps_its_layout(tmp_path: Path,
+                                                                               corpus_frame: pd.DataFrame) -> None:
+    f = corpus_frame[["id", "text"]].iloc[:60].copy()
+    f["id"] = [f"{'x' * 10_000}{i:04d}" for i in range(len(f))]
+    twice = pd.concat([f, f.iloc[:3]], ignore_index=True)
+    res = _run("run", str(write_shards(twice, tmp_path / "dup", 1)), str(tmp_path / "o1"), "--threads", "1")
+    assert res.returncode == 1  # found while the job reads the ids
+    assert max(len(line) for line in _errors(res)) < 2000 and "10,004 characters" in res.stderr
+    copies = pd.concat([f, f.iloc[:5].assign(id=[f"{'y' * 10_000}{i}" for i in range(5)])], ignore_index=True)
+    ok = _run("run", str(write_shards(copies, tmp_path / "near", 1)), str(tmp_path / "o2"), "--threads", "1")
+    assert ok.returncode == 0, ok.stderr
+    page = (tmp_path / "o2" / "_report" / "index.html").read_text()
+    assert "x" * 10_000 not in page and "characters)" in page
+
+
+def test_every_form_of_input_path(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
+    f = corpus_frame[["id", "text"]]
+    bracketed = write_shards(f, tmp_path / "corpus[2024]", 2)
+    for given in (f"file://{bracketed}", str(bracketed), str(bracketed / "shard-00.parquet")):
+        res = _run("near", given, str(tmp_path / "out"), "--threads", "1", "--overwrite")
+        assert res.returncode == 0, (given, res.stderr)
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    f.to_parquet(odd / "a::b.parquet", index=False)
+    res = _run("near", str(odd / "a::b.parquet"), str(tmp_path / "out2"), "--threads", "1")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "out2" / "a::b.parquet").exists()
+
+
+def test_local_url_output_with_an_index_and_hive_directories(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
+    f = corpus_frame[["id", "text"]]
+    for lang, part in (("en", f.iloc[:300]), ("fr", f.iloc[300:450])):
+        write_shards(part, tmp_path / "hive" / f"lang={lang}" / "year=2024", 1)
+    out = f"local://{tmp_path}/published/out"
+    res = _run("run", str(tmp_path / "hive"), out, "--threads", "1")
+    assert res.returncode == 0, res.stderr
+    published = tmp_path / "published" / "out"
+    assert (published / "lang=en" / "year=2024" / "shard-00.parquet").exists()
+    assert (published / "_index" / "index.json").exists() and (published / "_dedup.json").exists()
+    assert [p.name for p in (tmp_path / "published").iterdir()] == ["out"]
+    later = write_shards(f.iloc[450:].assign(id=f["id"].iloc[450:] + "-later"), tmp_path / "later", 1)
+    again = _run("run", str(later), f"local://{tmp_path}/published/out2", "--threads", "1", "--against", out)
+    assert again.returncode == 0, again.stderr
+    replaced = _run("run", str(tmp_path / "hive"), out, "--threads", "1", "--overwrite")
+    assert replaced.returncode == 0, replaced.stderr
+
+
+def test_a_scheduler_file_that_is_not_one_is_refused_in_one_line(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
+    src = write_shards(corpus_frame, tmp_path / "in", 1)
+    for content, says in (("garbage{", "is not a scheduler file"), ('{"id": 1}', "names no scheduler address")):
+        (tmp_path / "s.json").write_text(content)
+        res = _run("run", str(src), str(tmp_path / "out"), "--scheduler-file", str(tmp_path / "s.json"))
+        assert res.returncode == 2 and len(_errors(res)) == 1 and says in res.stderr, res.stderr
+
+
+def test_a_bind_mount_as_output_is_refused_before_any_work(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root")
+    src = write_shards(corpus_frame, tmp_path / "in", 1)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "bound").mkdir()
+    subprocess.run(["mount", "--bind", str(tmp_path / "real"), str(tmp_path / "bound")], check=True)
+    try:
+        res = _run("run", str(src), str(tmp_path / "bound"), "--threads", "1")
+    finally:
+        subprocess.run(["umount", str(tmp_path / "bound")], check=False)
+    assert res.returncode == 2 and "is a mount point" in res.stderr and "features" not in res.stderr, res.stderr
