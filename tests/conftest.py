@@ -78,29 +78,45 @@ DEDUP = [sys.executable, "-m", "dedup"]
 DASK_BIN = Path(sys.executable).parent / "dask"
 
 
+def start_dask(*args: str) -> subprocess.Popen[bytes]:
+    """`dask ARGS...` as a process of its own, its output discarded."""
+    return subprocess.Popen([str(DASK_BIN), *args], env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_scheduler(directory: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`dask scheduler` on 127.0.0.1 and the scheduler file it wrote in `directory`."""
+    sched_file = directory / "scheduler.json"
+    proc = start_dask("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file",
+                      str(sched_file))
+    deadline = time.time() + 60
+    while not sched_file.exists():
+        if time.time() > deadline:
+            stop_processes([proc])
+            raise RuntimeError("dask scheduler did not start")
+        time.sleep(0.2)
+    return proc, sched_file
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Terminate the processes, newest first, and wait for each (killed after 30 s)."""
+    for p in reversed(procs):
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 @pytest.fixture(scope="session")
 def dask_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """`dask scheduler` and one `dask worker` (2 processes) on 127.0.0.1, as separate processes; the scheduler file."""
-    sched_file = tmp_path_factory.mktemp("scheduler") / "scheduler.json"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [subprocess.Popen([str(DASK_BIN), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                               "--scheduler-file", str(sched_file)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    scheduler, sched_file = start_scheduler(tmp_path_factory.mktemp("scheduler"))
+    procs = [scheduler]
     try:
-        deadline = time.time() + 60
-        while not sched_file.exists():
-            if time.time() > deadline:
-                raise RuntimeError("dask scheduler did not start")
-            time.sleep(0.2)
-        procs.append(subprocess.Popen([str(DASK_BIN), "worker", "--scheduler-file", str(sched_file), "--nworkers", "2",
-                                       "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"], env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(start_dask("worker", "--scheduler-file", str(sched_file), "--nworkers", "2", "--nthreads", "1",
+                                "--no-dashboard", "--host", "127.0.0.1"))
         yield sched_file
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)

@@ -14,34 +14,9 @@ import pandas as pd
 import pytest
 
 from dedup.watchdog import WARN_AFTER, Watchdog
-from tests.conftest import DASK_BIN, write_shards
+from tests.conftest import start_dask, start_scheduler, stop_processes, write_shards
 
 DEDUP = [sys.executable, "-m", "dedup"]
-
-
-def _start(args: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([str(DASK_BIN), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-
-def _scheduler(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    sched = tmp_path / "scheduler.json"
-    proc = _start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(sched)])
-    deadline = time.time() + 60
-    while not sched.exists():
-        assert time.time() < deadline, "dask scheduler did not start"
-        time.sleep(0.2)
-    return proc, sched
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
 
 
 def test_memory_paused_workers_are_named_within_a_minute_then_fail_the_run(tmp_path: Path,
@@ -49,22 +24,22 @@ def test_memory_paused_workers_are_named_within_a_minute_then_fail_the_run(tmp_p
     """Workers without a nanny and a 300 MB limit pause (memory above 80% of it) once the job's
     modules are loaded: Dask waits for them for ever; dedup says why and ends the run."""
     src = write_shards(corpus_frame, tmp_path / "in", 2)
-    scheduler, sched = _scheduler(tmp_path)
+    scheduler, sched = start_scheduler(tmp_path)
     procs = [scheduler]
     try:
-        procs += [_start(["worker", "--scheduler-file", str(sched), "--nthreads", "1", "--no-dashboard", "--host",
-                          "127.0.0.1", "--memory-limit", "300MB", "--no-nanny"]) for _ in range(2)]
+        procs += [start_dask("worker", "--scheduler-file", str(sched), "--nthreads", "1", "--no-dashboard", "--host",
+                             "127.0.0.1", "--memory-limit", "300MB", "--no-nanny") for _ in range(2)]
         started = time.monotonic()
         got = subprocess.run([*DEDUP, "run", str(src), str(tmp_path / "out"), "--scheduler-file", str(sched),
-                              "--stall-timeout", "40"], capture_output=True, text=True, timeout=240)
+                              "--stall-timeout", "32"], capture_output=True, text=True, timeout=240)
         took = time.monotonic() - started
     finally:
-        _stop(procs)
+        stop_processes(procs)
     assert got.returncode == 1, got.stderr
     warned = [line for line in got.stderr.splitlines() if " WARNING no progress for " in line]
     assert warned and "paused" in warned[0] and "memory limit" in warned[0], got.stderr
     last = got.stderr.strip().splitlines()[-1]
-    assert last.startswith("dedup: error: no progress for") and "paused" in last and "--stall-timeout 40" in last, last
+    assert last.startswith("dedup: error: no progress for") and "paused" in last and "--stall-timeout 32" in last, last
     assert "Traceback" not in got.stderr and took < 180
     assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir() if "dedup-tmp" in p.name] == []
 
