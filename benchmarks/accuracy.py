@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from truth import true_pairs  # noqa: E402
 
 from dedup import Params, optimal_params  # noqa: E402
-from dedup.lsh import band_keys, bucket_pairs  # noqa: E402
-from dedup.minhash import signatures  # noqa: E402
-from dedup.near import confirm_pairs  # noqa: E402
-from dedup.text import shingles  # noqa: E402
+from dedup.core.lsh import band_keys, bucket_pairs  # noqa: E402
+from dedup.core.minhash import signatures  # noqa: E402
+from dedup.core.near import confirm_pairs  # noqa: E402
+from dedup.core.text import shingles  # noqa: E402
 
 Pairs = set[tuple[int, int]]
 

@@ -4,7 +4,7 @@
     python benchmarks/route_cost.py --rows 2000 100000 --repeats 3
 
 Each frame has the shape of the job's routed frames: a document key, a short string id and a
-512-byte signature a row. Both ways move every row to the partition its key names (`dedup.stages`);
+512-byte signature a row. Both ways move every row to the partition its key names (`dedup.job.stages`);
 seconds are the wall time of routing plus counting each partition's rows, median of interleaved
 repeats. `stages.SMALL_ROUTE_BYTES` decides which one the job takes.
 """
@@ -21,7 +21,7 @@ import pandas as pd
 
 
 def _part(i: int, rows: int) -> pd.DataFrame:
-    from dedup.frames import sig_payload
+    from dedup.partition.frames import sig_payload
 
     rng = np.random.default_rng(i)
     return pd.DataFrame({"doc": rng.integers(0, 16 << 40, rows, dtype=np.int64),
@@ -41,7 +41,7 @@ def main() -> None:
     import dask.dataframe as dd
     from distributed import Client, LocalCluster
 
-    from dedup import stages
+    from dedup.job import stages
 
     n = args.partitions
 

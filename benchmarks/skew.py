@@ -27,7 +27,7 @@ from speed import RESULTS, PeakRSS  # noqa: E402
 def main() -> None:
     from distributed import Client, LocalCluster
 
-    from dedup.pipeline import run
+    from dedup.job.pipeline import run
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--copies", default="25000,50000,100000")

@@ -42,7 +42,7 @@ import psutil  # noqa: E402
 from corpus import corpus_frame, run_cli, write_corpus  # noqa: E402
 
 from dedup import signatures  # noqa: E402
-from dedup.text import shingles  # noqa: E402
+from dedup.core.text import shingles  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 

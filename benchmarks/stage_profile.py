@@ -39,10 +39,11 @@ def kernels(src: Path) -> tuple[dict[str, float], int]:
     the shingle x permutation pairs the MinHash minimum went through (its ns a pair: `per_pair`)."""
     import pyarrow.parquet as pq
 
-    from dedup import _kernels, frames
-    from dedup import text as text_mod
     from dedup.config import Params
-    from dedup.hashing import perm_params
+    from dedup.core import _kernels
+    from dedup.core import text as text_mod
+    from dedup.core.hashing import perm_params
+    from dedup.partition import frames
 
     params = Params()
     a, b = perm_params(params.num_perm, params.seed)
@@ -110,8 +111,8 @@ def task_stream(src: Path, workers: int, extra: list[str]) -> None:
     import psutil
     from distributed import get_task_stream
 
-    from dedup.pipeline import run
-    from dedup.plan import STAGE_LINE
+    from dedup.job.pipeline import run
+    from dedup.job.plan import STAGE_LINE
     from dedup.runtime import dask_client
 
     ends: list[tuple[str, float, float]] = []  # (stage, end, seconds), from Stage's log line

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dedup.text import shingles
+from dedup.core.text import shingles
 
 
 def shingle_id_sets(texts: Sequence[str | None], shingle_size: int = 5) -> list[np.ndarray]:

@@ -7,31 +7,31 @@ loading numba, dask or the kernels.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on first use
     from dedup.config import Params
-    from dedup.decontam import ProtectedNgrams, contaminated, decontaminate, protected_ngrams
-    from dedup.docs import Doc
-    from dedup.hashing import MERSENNE_P, PCG32, fnv1a64, perm_params, shingle_hashes
-    from dedup.lsh import LSH, band_keys, optimal_params, probability
-    from dedup.minhash import estimate, minhash, signatures
-    from dedup.near import clusters, near_dedup
-    from dedup.text import jaccard, shingles, words
-    from dedup.unionfind import UnionFind, components
+    from dedup.core.decontam import ProtectedNgrams, contaminated, decontaminate, protected_ngrams
+    from dedup.core.docs import Doc
+    from dedup.core.hashing import MERSENNE_P, PCG32, fnv1a64, perm_params, shingle_hashes
+    from dedup.core.lsh import LSH, band_keys, optimal_params, probability
+    from dedup.core.minhash import estimate, minhash, signatures
+    from dedup.core.near import clusters, near_dedup
+    from dedup.core.text import jaccard, shingles, words
+    from dedup.core.unionfind import UnionFind, components
 
 __version__ = "0.1.0"
 
 _HOME = {
-    "Params": "config", "ProtectedNgrams": "decontam", "contaminated": "decontam", "decontaminate": "decontam",
-    "protected_ngrams": "decontam", "Doc": "docs", "MERSENNE_P": "hashing", "PCG32": "hashing", "fnv1a64": "hashing",
-    "perm_params": "hashing", "shingle_hashes": "hashing", "LSH": "lsh", "band_keys": "lsh", "optimal_params": "lsh",
-    "probability": "lsh", "estimate": "minhash", "minhash": "minhash", "signatures": "minhash", "clusters": "near",
-    "near_dedup": "near", "jaccard": "text", "shingles": "text", "words": "text", "UnionFind": "unionfind",
-    "components": "unionfind",
+    "Params": "config", "ProtectedNgrams": "core.decontam", "contaminated": "core.decontam",
+    "decontaminate": "core.decontam", "protected_ngrams": "core.decontam", "Doc": "core.docs",
+    "MERSENNE_P": "core.hashing", "PCG32": "core.hashing", "fnv1a64": "core.hashing", "perm_params": "core.hashing",
+    "shingle_hashes": "core.hashing", "LSH": "core.lsh", "band_keys": "core.lsh", "optimal_params": "core.lsh",
+    "probability": "core.lsh", "estimate": "core.minhash", "minhash": "core.minhash", "signatures": "core.minhash",
+    "clusters": "core.near", "near_dedup": "core.near", "jaccard": "core.text", "shingles": "core.text",
+    "words": "core.text", "UnionFind": "core.unionfind", "components": "core.unionfind",
 }
+"""Where each public name lives (a module of `dedup.core`, or `dedup.config`)."""
 
 __all__ = [
     "LSH", "MERSENNE_P", "PCG32", "Doc", "Params", "ProtectedNgrams", "UnionFind", "band_keys",
@@ -54,15 +54,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *_HOME])
-
-
-class _Package(types.ModuleType):
-    """Keeps `dedup.minhash` the function: importing the submodule of the same name must not replace it."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _HOME and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -25,11 +25,11 @@ from dedup.config import (
     SHINGLE_UNITS,
     Params,
 )
+from dedup.job.watchdog import DEFAULT_LIMIT as STALL_TIMEOUT
+from dedup.job.watchdog import FAILED as STALLS
+from dedup.job.watchdog import WARN_AFTER
 from dedup.runtime import start_forkserver, stop_forkserver
-from dedup.safety import UsageError
-from dedup.watchdog import DEFAULT_LIMIT as STALL_TIMEOUT
-from dedup.watchdog import FAILED as STALLS
-from dedup.watchdog import WARN_AFTER
+from dedup.storage.safety import UsageError
 
 log = logging.getLogger("dedup")
 P = Params()
@@ -246,7 +246,7 @@ def _prepare(args: argparse.Namespace) -> Any:
 
 
 def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str]) -> Any:
-    from dedup import plan
+    from dedup.job import plan
 
     return plan.prepare(args.input, args.output, protected=protected, near=near, id_column=args.id_column,
                         text_column=args.text_column, params=params,
@@ -260,9 +260,9 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
 
 def _import_pipeline(report: bool) -> None:
     with contextlib.suppress(Exception):  # imported again below, where an error would be raised
-        importlib.import_module("dedup.pipeline")
+        importlib.import_module("dedup.job.pipeline")
         if report:
-            from dedup.report import plotting
+            from dedup.report.page import plotting
 
             plotting()
 
@@ -280,7 +280,7 @@ def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
     try:
         with dask_client(args.scheduler, args.scheduler_file, args.n_workers, args.threads, args.stall_timeout):
             importing.join()
-            from dedup import pipeline
+            from dedup.job import pipeline
 
             return pipeline.execute(plan)
     except BaseException:
@@ -320,7 +320,7 @@ def _tune(args: argparse.Namespace) -> None:
     import numpy as np
 
     from dedup.config import check_banding
-    from dedup.lsh import optimal_params, probability
+    from dedup.core.lsh import optimal_params, probability
 
     size = DEFAULT_SHINGLE_SIZE[args.shingle_unit] if args.shingle_size is None else args.shingle_size
     Params(threshold=args.threshold, num_perm=args.num_perm, shingle_unit=args.shingle_unit, shingle_size=size)
@@ -352,8 +352,8 @@ def _demo(args: argparse.Namespace) -> dict[str, Any]:
     start_forkserver()  # the workers' modules and kernels load while the example is written
     import pandas as pd
 
-    from dedup import pipeline
     from dedup.corpus import generate, protected_example
+    from dedup.job import pipeline
 
     root = Path(args.output)
     inp, out = root / "input", root / "output"
@@ -386,7 +386,7 @@ class _Interrupts:
         self.ignored = False
 
     def __call__(self, signum: int, frame: object) -> None:
-        from dedup.staging import INTERRUPT_REQUESTED
+        from dedup.storage.staging import INTERRUPT_REQUESTED
 
         if self.plan is not None and self.plan.staging.committed:
             if not self.ignored:

@@ -17,7 +17,7 @@ DEFAULT_SHINGLE_SIZE = {"word": 5, "char": 5}
 """shingle_size when none is given, per shingle unit."""
 PARTITION_ROWS = 25_000
 """Consecutive small shards are read together until a partition holds this many rows (or
-`dedup.shards.PARTITION_BYTES`); `--partition-rows` chooses another bound."""
+`dedup.storage.shards.PARTITION_BYTES`); `--partition-rows` chooses another bound."""
 COMPONENT_MODES = ("auto", "client", "distributed")
 CLIENT_COMPONENT_EDGES = 20_000_000
 """`components="auto"` joins the confirmed edges on the client up to this many (16 bytes each there,

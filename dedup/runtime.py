@@ -19,7 +19,7 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
                 stall_timeout: float | None = None) -> Iterator[Any]:
     """A distributed Client for the job; a local process cluster when neither address nor file is given;
     with `threads`, no cluster and no client (None): `in_process`. With `stall_timeout`, a
-    `dedup.watchdog.Watchdog` says when the cluster makes no progress and ends the run after that long."""
+    `dedup.job.watchdog.Watchdog` says when the cluster makes no progress and ends the run after that long."""
     if threads is not None:
         if scheduler or scheduler_file or n_workers:
             raise ValueError("Give --threads alone: it runs without a cluster (no --scheduler, --scheduler-file or "
@@ -69,11 +69,11 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
 
 @contextlib.contextmanager
 def watching(client: Any, stall_timeout: float | None) -> Iterator[None]:
-    """A `dedup.watchdog.Watchdog` on `client`'s cluster while the block runs (none without a timeout)."""
+    """A `dedup.job.watchdog.Watchdog` on `client`'s cluster while the block runs (none without a timeout)."""
     if stall_timeout is None:
         yield
         return
-    from dedup.watchdog import Watchdog
+    from dedup.job.watchdog import Watchdog
 
     dog = Watchdog(client, stall_timeout).start()
     try:
@@ -102,7 +102,7 @@ def worker_environ() -> dict[str, Any]:
     return env
 
 
-FORKSERVER_PRELOAD = "dedup.preforked"
+FORKSERVER_PRELOAD = "dedup.job.preforked"
 """The module the forkserver imports (the job's modules and kernels) before it forks any worker."""
 
 _forkserver_environ: dict[str, str] | None = None
@@ -289,7 +289,7 @@ def dask_setup(worker: Any) -> None:
     only logged: the first task that needs the module then raises it where the user sees it."""
     try:
         arrow_memory_pool()
-        import dedup.pipeline  # noqa: F401  (the tasks' functions live there and in its imports)
+        import dedup.job.pipeline  # noqa: F401  (the tasks' functions live there and in its imports)
 
         _load_kernels()
     except Exception as exc:  # pragma: no cover - the task that needs it reports the error
@@ -314,9 +314,9 @@ def _load_kernels() -> None:
     """Run the features and band keys once on a tiny frame, so a worker loads their compiled kernels now."""
     import pandas as pd
 
-    from dedup import frames
     from dedup.config import Params
-    from dedup.text import TEXT_DTYPE
+    from dedup.core.text import TEXT_DTYPE
+    from dedup.partition import frames
 
     feat = frames.features(pd.DataFrame({"id": ["a"], "text": pd.Series(["warm up the compiled kernels of dedup"],
                                                                           dtype=TEXT_DTYPE)}), "id", "text", Params(), None)
@@ -332,7 +332,7 @@ def warm_up(client: Any) -> list[Any]:
 
 
 STAGE = {"name": "", "rows": ""}
-"""The stage now running and what it works on, set by `dedup.plan.Stage`: the progress bar's label."""
+"""The stage now running and what it works on, set by `dedup.job.plan.Stage`: the progress bar's label."""
 
 
 def show_progress(futures: Any) -> None:
@@ -369,7 +369,7 @@ def compute(*collections: Any, retries: int = 2) -> Any:
     progress bar on a terminal; on the local scheduler without a client."""
     import dask
 
-    from dedup.graphs import fused
+    from dedup.job.graphs import fused
 
     collections = tuple(fused(*collections))
     client = active_client()
@@ -404,7 +404,7 @@ def settle(seconds: float = SETTLE_SECONDS) -> None:
     futures are cancelled), for at most `seconds`."""
     import time
 
-    from dedup.watchdog import FAILED
+    from dedup.job.watchdog import FAILED
 
     client = active_client()
     if client is None:

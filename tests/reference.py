@@ -15,7 +15,7 @@ def ref_fnv1a64(data: bytes) -> int:
 
 
 def ref_mix(data: bytes) -> int:
-    """The second text hash (`dedup._kernels.mix_spans`): xorshift-multiply per byte, seeded with the length."""
+    """The second text hash (`dedup.core._kernels.mix_spans`): xorshift-multiply per byte, seeded with the length."""
     h = 0x9E3779B97F4A7C15 ^ len(data)
     for byte in data:
         h = ((h ^ byte) * 0xBF58476D1CE4E5B9) % 2**64

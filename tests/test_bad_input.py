@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dedup import Params, clusters, signatures
-from dedup.pipeline import run
+from dedup.job.pipeline import run
 from tests.conftest import write_shards
 from tests.reference import ref_signature
 

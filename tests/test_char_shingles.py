@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dedup import Params, clusters, fnv1a64, jaccard, shingles, signatures
-from dedup.frames import shingle_sets
+from dedup.partition.frames import shingle_sets
 from tests.reference import ref_char_shingles, ref_signature
 
 unicode_text = st.text(
@@ -109,7 +109,7 @@ def test_char_shingles_in_the_job(client, tmp_path: Path) -> None:
     src.mkdir()
     frame.iloc[::2].to_parquet(src / "a.parquet", index=False)
     frame.iloc[1::2].to_parquet(src / "b.parquet", index=False)
-    from dedup.pipeline import run
+    from dedup.job.pipeline import run
 
     params = Params(shingle_unit="char", confirm="exact")
     m = run(str(src), str(tmp_path / "out"), params=params, drop=False)

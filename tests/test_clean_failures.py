@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from dedup.corpus import generate
-from dedup.staging import LIVE, RunEnded, Staging, check_live
+from dedup.storage.staging import LIVE, RunEnded, Staging, check_live
 from tests.conftest import write_shards
 
 DEDUP = [sys.executable, "-m", "dedup"]

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dedup import ccstar, components
-from dedup.stages import components_on_client, components_on_cluster
+from dedup import components
+from dedup.job.stages import components_on_client, components_on_cluster
+from dedup.partition import ccstar
 
 LOCAL = {"scheduler": "sync", "dataframe.shuffle.method": "tasks"}
 

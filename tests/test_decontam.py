@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dedup import Doc, ProtectedNgrams, contaminated, decontaminate, protected_ngrams
-from dedup.text import word_ngrams
+from dedup.core.text import word_ngrams
 
 PROTECTED = "Tom found a shiny red shell by the river and carried it home to show his sister."
 
@@ -112,7 +112,7 @@ def test_first_hit_names_the_first_record(tmp_path: Path) -> None:
     a.write_text("completely different words that make up a thirteen word window for file a here")
     b.write_text(PROTECTED)
     prot = ProtectedNgrams.from_paths([a, b])
-    from dedup.text import encode_batch
+    from dedup.core.text import encode_batch
 
     assert prot.first_hit(encode_batch([PROTECTED, "clean", None])).tolist() == [1, -1, -1]
     assert prot.gram_counts() == [2, 5]

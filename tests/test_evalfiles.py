@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from dedup import ProtectedNgrams
-from dedup.pipeline import run
-from dedup.text import encode_batch
+from dedup.core.text import encode_batch
+from dedup.job.pipeline import run
 from tests.conftest import write_shards
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima",

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from dedup.corpus import generate
-from dedup.pipeline import _explain_killed_worker, run
+from dedup.job.pipeline import _explain_killed_worker, run
 from tests.conftest import write_shards
 
 
@@ -34,12 +34,12 @@ def bigger_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, tmp_path: Path, task: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker killed while it runs a shuffle task (no route small), the one task of a small route
-    that gathers and cuts (`stages.route_small`, `dedup.graphs.gathered`), or a task of a direct
-    route to key ranges (`stages.route_direct`, `dedup.graphs.exchanged`: a split, a piece or a
+    that gathers and cuts (`stages.route_small`, `dedup.job.graphs.gathered`), or a task of a direct
+    route to key ranges (`stages.route_direct`, `dedup.job.graphs.exchanged`: a split, a piece or a
     join): the job retries and writes what an undisturbed run writes."""
     from distributed import Client, LocalCluster
 
-    from dedup import stages
+    from dedup.job import stages
 
     if task == "shuffle":
         monkeypatch.setattr(stages, "SMALL_ROUTE_BYTES", 0)

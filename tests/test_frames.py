@@ -9,8 +9,8 @@ import pandas as pd
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dedup import frames
-from dedup.frames import KIND_APPROX, KIND_CANDIDATE, KIND_SAME_TEXT, _pairs_within
+from dedup.partition import frames
+from dedup.partition.frames import KIND_APPROX, KIND_CANDIDATE, KIND_SAME_TEXT, _pairs_within
 
 
 @given(st.lists(st.integers(1, 6), max_size=8))

@@ -1,4 +1,4 @@
-"""dedup.graphs: persisted frames that later graphs run no task for, one-task gathering, direct exchange."""
+"""dedup.job.graphs: persisted frames that later graphs run no task for, one-task gathering, direct exchange."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from dedup.graphs import Persisted, exchanged, fused, gathered, persist
+from dedup.job.graphs import Persisted, exchanged, fused, gathered, persist
 from dedup.runtime import compute
 
 

@@ -60,7 +60,7 @@ def test_shingle_hashes_match_reference(items: list[str]) -> None:
 def test_text_keys_are_both_text_hashes_in_one_pass(parts: list[bytes]) -> None:
     """The features stage's fused kernel gives exactly the two text hashes (tkey, tkey2) that the
     separate kernels give, so earlier indexes' text keys still match."""
-    from dedup import _kernels
+    from dedup.core import _kernels
 
     buf = np.frombuffer(b"".join(parts) or b"\0", dtype=np.uint8)
     end = np.cumsum([len(p) for p in parts], dtype=np.int64)
@@ -78,7 +78,7 @@ EDGES = [0, 1, MERSENNE_P - 1, MERSENNE_P, MERSENNE_P + 1, 2 * MERSENNE_P, (1 <<
 def test_minhash_kernel_reduces_raw_hashes_mod_p(hashes: list[int]) -> None:
     """The kernel takes the shingles' 64-bit hashes and reduces them itself: the same signature as
     Python's exact x = h % P followed by min over (a x + b) % P."""
-    from dedup import _kernels
+    from dedup.core import _kernels
 
     a, b = perm_params(16, 3)
     out = np.empty((1, 16), dtype=np.uint32)
@@ -95,7 +95,7 @@ def test_minhash_kernel_reduces_raw_hashes_mod_p(hashes: list[int]) -> None:
 def test_minhash_kernel_is_exact_at_the_extremes_of_a_and_b(hashes: list[int], ab: list[tuple[int, int]]) -> None:
     """The kernel reduces a x + b with one Mersenne fold and one wrap-around minimum, which is exact
     only because a, b, x < P (the contract's ranges): pinned at their largest and smallest values."""
-    from dedup import _kernels
+    from dedup.core import _kernels
 
     a = np.array([p[0] for p in ab], dtype=np.uint32)
     b = np.array([p[1] for p in ab], dtype=np.uint32)

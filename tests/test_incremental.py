@@ -22,13 +22,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dedup import Params
-from dedup.index import INDEX_DIR, INDEX_META
-from dedup.lsh import band_keys, bucket_pairs
-from dedup.minhash import signatures
-from dedup.near import confirm_pairs
-from dedup.pipeline import run
-from dedup.safety import UsageError
-from dedup.unionfind import components
+from dedup.core.lsh import band_keys, bucket_pairs
+from dedup.core.minhash import signatures
+from dedup.core.near import confirm_pairs
+from dedup.core.unionfind import components
+from dedup.job.pipeline import run
+from dedup.storage.index import INDEX_DIR, INDEX_META
+from dedup.storage.safety import UsageError
 from tests.conftest import write_shards
 
 
@@ -204,7 +204,7 @@ def test_docs_read_by_row_group_give_the_same_answer(tmp_path: Path, split, monk
     import dask
     import pyarrow.parquet as pq
 
-    from dedup import index
+    from dedup.storage import index
 
     monkeypatch.setattr(index, "DOCS_ROW_GROUP", 8)
     first, second, _ = split
@@ -250,7 +250,7 @@ def test_a_new_document_near_only_a_dropped_duplicate_joins_its_cluster(client, 
 @given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(0, 40), max_size=12), st.booleans())
 def test_band_rows_are_found_by_binary_search_or_scan(column: list[int], keys: list[int], shuffled: bool) -> None:
     """The rows of an index band file holding wanted keys: a sorted file is searched, any other scanned."""
-    from dedup.index import _positions_of
+    from dedup.storage.index import _positions_of
 
     col = np.sort(np.array(column, dtype=np.uint64))
     if shuffled:
@@ -263,7 +263,7 @@ def test_band_rows_are_found_by_binary_search_or_scan(column: list[int], keys: l
 def test_a_range_reads_the_index_files_that_hold_its_keys(index_parts: int, parts: int, data) -> None:
     """Range m of this run's `parts` reads every index file holding one of its keys, and skips the
     key filter only for files whose every key is in the range."""
-    from dedup.index import BANDS, IndexPart, key_range_of
+    from dedup.storage.index import BANDS, IndexPart, key_range_of
 
     part = IndexPart(url="idx", uid="u", partitions=1, bucket_parts=index_parts, id_parts=index_parts, documents=0,
                      output="out", text_column="text")
@@ -285,8 +285,8 @@ def test_a_range_reads_the_index_files_that_hold_its_keys(index_parts: int, part
 def test_gathered_index_partitions_hold_each_indexed_key_once(sizes: list[int], first: int, data) -> None:
     """A run gathers the index partitions a few at a time: each is gathered by exactly one of the
     run's partitions after its own, the one its keys are placed in; the run's own keys stay put."""
-    from dedup.frames import ROW_BITS
-    from dedup.index import IndexPart, Layout
+    from dedup.partition.frames import ROW_BITS
+    from dedup.storage.index import IndexPart, Layout
 
     parts = [IndexPart(url=f"idx{i}", uid=str(i), partitions=n, bucket_parts=1, id_parts=1, documents=0,
                        output="out", text_column="text") for i, n in enumerate(sizes)]
@@ -334,7 +334,7 @@ def test_an_index_of_format_2_gives_the_same_decisions(client, tmp_path: Path, s
 def test_index_files_sort_like_a_lexsort_of_every_row(rows: list[tuple[int, int]]) -> None:
     """Band files are sorted by key, then band and doc (ties re-sorted only where keys repeat): the
     same order as numpy's lexsort, so their bytes never depend on the order rows arrived in."""
-    from dedup.index import _sort_order
+    from dedup.storage.index import _sort_order
 
     key = np.array([r[0] for r in rows], dtype=np.uint64)
     band = np.array([r[1] for r in rows], dtype=np.uint8)

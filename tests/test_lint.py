@@ -25,11 +25,11 @@ TASK_CALLS = {"map_partitions", "_route_by", "route_small", "from_map", "from_de
 
 def test_task_functions_are_module_level() -> None:
     """Tasks run module-level functions: a lambda or a nested function given to Dask is pickled by
-    value, once per task, by the client and again by the scheduler (`dedup.stages`)."""
+    value, once per task, by the client and again by the scheduler (`dedup.job.stages`)."""
     import ast
 
     bad = []
-    for path in sorted((ROOT / "dedup").glob("*.py")):
+    for path in sorted((ROOT / "dedup").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         nested = {n.name for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                   for n in ast.walk(f) if n is not f and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dedup import LSH, MERSENNE_P, band_keys, optimal_params, probability, signatures
-from dedup.lsh import NO_KEY, bucket_pairs
+from dedup.core.lsh import NO_KEY, bucket_pairs
 
 
 def test_worked_numbers() -> None:

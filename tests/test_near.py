@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dedup import Doc, clusters, jaccard, near_dedup, shingles, signatures
-from dedup.lsh import band_keys, bucket_pairs
+from dedup.core.lsh import band_keys, bucket_pairs
 
 
 def _vocab_text(rng: np.random.Generator, n: int, tag: str) -> list[str]:

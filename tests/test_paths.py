@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dedup.staging import Staging
+from dedup.storage.staging import Staging
 from tests.conftest import DEDUP, write_shards
 
 TEXT = "the quick brown fox jumps over the lazy dog near the quiet river bank at dawn again and again"
@@ -128,7 +128,7 @@ def test_object_store_output_commits_manifest_last(tmp_path: Path) -> None:
     import dask
     import fsspec
 
-    from dedup.pipeline import run
+    from dedup.job.pipeline import run
 
     src = write_shards(pd.DataFrame({"id": ["a", "b", "c"], "text": [TEXT, TEXT + " x", "other"]}), tmp_path / "in", 2)
     fs = fsspec.filesystem("memory")
@@ -155,7 +155,7 @@ def test_object_store_commit_failing_midway_leaves_no_manifest_and_can_be_rerun(
     import fsspec
     from fsspec.implementations.memory import MemoryFileSystem
 
-    from dedup.pipeline import run
+    from dedup.job.pipeline import run
 
     class FlakyMemory(MemoryFileSystem):
         protocol = "flakymem"

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from dedup import Params, clusters, contaminated, protected_ngrams
-from dedup.pipeline import run
+from dedup.job.pipeline import run
 from tests.conftest import write_shards
 
 
@@ -171,7 +171,7 @@ def test_decontaminate_only_keeps_columns_and_every_clean_row(client, tmp_path: 
                                                               protected_file: Path) -> None:
     import dask.dataframe as dd
 
-    from dedup import pipeline
+    from dedup.job import pipeline
 
     src = write_shards(corpus_frame, tmp_path / "in", 2)
     m = run(str(src), str(tmp_path / "out"), protected=[str(protected_file)], near=False)

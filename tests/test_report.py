@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from dedup import Params, estimate, jaccard, shingles, signatures
-from dedup.pipeline import run
-from dedup.text import word_ngrams
+from dedup.core.text import word_ngrams
+from dedup.job.pipeline import run
 from tests.conftest import DEDUP, write_shards
 
 
@@ -91,7 +91,7 @@ def test_the_page_shows_the_largest_clusters_texts_as_the_input_holds_them(clien
     import html
     import re
 
-    from dedup.report import _short
+    from dedup.report.page import _short
 
     src = write_shards(corpus_frame, tmp_path / "in", 2)
     run(str(src), str(tmp_path / "real"), protected=[str(protected_file)])
@@ -165,7 +165,7 @@ def test_report_examples_read_only_their_rows_across_row_groups(tmp_path: Path) 
     asked, across row groups, with nulls and a dictionary-encoded column, as pandas reads them."""
     import pyarrow as pa
 
-    from dedup.shards import read_rows
+    from dedup.storage.shards import read_rows
 
     texts = [None if i % 11 == 3 else f"text number {i} " + "é" * (i % 4) for i in range(50)]
     table = pa.table({"id": list(range(50)), "text": pa.array(texts, pa.string()),

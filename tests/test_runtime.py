@@ -36,10 +36,10 @@ def test_local_cluster_workers_are_ready_before_the_first_task() -> None:
 
         import pyarrow
 
-        from dedup import _kernels
+        from dedup.core import _kernels
 
         loaded = all(len(getattr(_kernels, k).signatures) > 0 for k in ("tokenize", "window_hashes", "minhash_rows"))
-        return "dedup.pipeline" in sys.modules, loaded, pyarrow.default_memory_pool().backend_name
+        return "dedup.job.pipeline" in sys.modules, loaded, pyarrow.default_memory_pool().backend_name
 
     with dask_client(n_workers=2) as client:
         got = client.run(state)
@@ -118,7 +118,7 @@ import psutil
 from dedup.runtime import dask_client
 
 def state():
-    from dedup import _kernels
+    from dedup.core import _kernels
     me = psutil.Process()
     # the environment the process started with, which glibc read (a fork keeps its parent's)
     raw = open(f"/proc/{os.getpid()}/environ", "rb").read().split(b"\0")
@@ -141,7 +141,7 @@ if __name__ == "__main__":
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="local workers are forked on Linux only")
 def test_local_workers_are_forked_from_a_preloaded_process_started_with_their_environment(tmp_path) -> None:
     """On Linux the local cluster's workers are forks of Python's forkserver, which imported the job's
-    modules and loaded the kernels once (`dedup.preforked`) and was started with the environment
+    modules and loaded the kernels once (`dedup.job.preforked`) and was started with the environment
     spawned workers get (the malloc settings, the user's own winning). A forkserver whose
     environment no longer matches this process's is not used: the next cluster's workers are
     spawned, with the new values."""
@@ -157,7 +157,7 @@ def test_local_workers_are_forked_from_a_preloaded_process_started_with_their_en
     mmap = str(MALLOC_ENVIRON["MALLOC_MMAP_THRESHOLD_"])
     assert len(first) == len(second) == 2
     for w in first:
-        assert "multiprocessing.forkserver" in w["parent"] and "dedup.preforked" in w["parent"], w
+        assert "multiprocessing.forkserver" in w["parent"] and "dedup.job.preforked" in w["parent"], w
         assert w["loaded"]
         assert w["env"] == {"MALLOC_TRIM_THRESHOLD_": "131072", "MALLOC_MMAP_THRESHOLD_": mmap, "OMP_NUM_THREADS": "1"}
     for w in second:

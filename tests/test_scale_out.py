@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from dedup import Params, clusters
-from dedup.pipeline import process, run
+from dedup.job.pipeline import process, run
 from tests.conftest import write_shards
 
 LOCAL = {"scheduler": "sync", "dataframe.shuffle.method": "tasks"}
@@ -92,7 +92,7 @@ def test_small_routes_write_what_shuffles_write(client, tmp_path: Path, frame: p
     """A small frame goes through one task (`route_small`), a route to key ranges between few
     partitions through plain tasks (`route_direct`), any other through a shuffle; the shards, the
     index and the removed list are the same bytes every way, on a real cluster."""
-    from dedup import stages
+    from dedup.job import stages
 
     params = Params(confirm=confirm, max_bucket=4)
     src = write_shards(frame, tmp_path / "in", 7)
@@ -115,7 +115,7 @@ def test_small_and_direct_routes_put_every_row_where_a_shuffle_does(request, whe
                                                                     how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
-    from dedup import stages
+    from dedup.job import stages
 
     frame = pd.DataFrame({"doc": np.arange(500, dtype=np.int64) * 7919 % 1000, "v": [f"x{i}" for i in range(500)]})
     ddf = dd.from_pandas(frame, npartitions=5, sort=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dedup.watchdog import WARN_AFTER, Watchdog
+from dedup.job.watchdog import WARN_AFTER, Watchdog
 from tests.conftest import start_dask, start_scheduler, stop_processes, write_shards
 
 DEDUP = [sys.executable, "-m", "dedup"]

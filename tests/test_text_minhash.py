@@ -131,7 +131,7 @@ ascii_text = st.text(alphabet=st.characters(max_codepoint=127), max_size=80)
 @given(st.lists(st.one_of(st.none(), ascii_text, unicode_text), max_size=8))
 def test_batch_tokeniser_equals_reference_words(texts: list[str | None]) -> None:
     """The compiled ASCII tokeniser and the Unicode path give exactly the contract's words, in any mix."""
-    from dedup.text import encode_batch
+    from dedup.core.text import encode_batch
 
     batch = encode_batch(texts)
     for d, text in enumerate(texts):
@@ -140,7 +140,7 @@ def test_batch_tokeniser_equals_reference_words(texts: list[str | None]) -> None
         assert got == words(text or "")
     start, end, offsets = batch.spans(3, short=True)
     hashes, offsets2 = batch.window_hashes(3, short=True)
-    from dedup.hashing import span_hashes
+    from dedup.core.hashing import span_hashes
 
     assert (offsets == offsets2).all() and (span_hashes(batch.buf, start, end) == hashes).all()
 
@@ -154,7 +154,7 @@ def test_arrow_text_columns_tokenise_in_place_like_python_strings(texts: list[st
     import pandas as pd
     import pyarrow as pa
 
-    from dedup.text import TEXT_DTYPE, encode_batch, encode_column
+    from dedup.core.text import TEXT_DTYPE, encode_batch, encode_column
 
     kind = pa.large_string() if large else pa.string()
     whole = pa.array(["padding"] * cut + texts, type=kind).slice(cut)
@@ -165,7 +165,7 @@ def test_arrow_text_columns_tokenise_in_place_like_python_strings(texts: list[st
     want, got = encode_batch(texts), encode_column(column)
     for field in ("buf", "word_start", "word_end", "word_offsets"):
         assert np.array_equal(getattr(got, field), getattr(want, field)), field
-    from dedup.text import encode_arrow
+    from dedup.core.text import encode_arrow
 
     same = encode_arrow(whole)
     assert np.array_equal(same.buf, want.buf) and np.array_equal(same.word_offsets, want.word_offsets)
@@ -174,8 +174,8 @@ def test_arrow_text_columns_tokenise_in_place_like_python_strings(texts: list[st
 def test_signatures_in_chunks_equal_one_batch() -> None:
     """`signatures` works SIGNATURE_CHUNK texts at a time; across chunk edges (and for a generator)
     the rows are those of one batch over every text."""
-    from dedup.minhash import SIGNATURE_CHUNK, batch_signatures
-    from dedup.text import encode_batch
+    from dedup.core.minhash import SIGNATURE_CHUNK, batch_signatures
+    from dedup.core.text import encode_batch
 
     texts = [None if i % 97 == 0 else f"doc {i % 13} " + "word " * (i % 17) + f"end {i % 5} é" * (i % 3 == 0)
              for i in range(2 * SIGNATURE_CHUNK + 5)]

@@ -1,5 +1,5 @@
 """`--against` verifies the earlier output before any work: each file its index points at is the
-version it recorded (`dedup.stamps`), and index.json is unedited. Real Parquet, the CLI as a subprocess."""
+version it recorded (`dedup.storage.stamps`), and index.json is unedited. Real Parquet, the CLI as a subprocess."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from dedup import stamps
+from dedup.storage import stamps
 from tests.conftest import write_shards
 
 DEDUP = [sys.executable, "-m", "dedup"]

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, Self
 
 import pyarrow as pa
 
-from dedup import shards as shards_mod
 from dedup.config import COMPONENT_MODES, Params
-from dedup.safety import UsageError, check_output, expand_protected, input_places
-from dedup.staging import Staging
+from dedup.storage import shards as shards_mod
+from dedup.storage.safety import UsageError, check_output, expand_protected, input_places
+from dedup.storage.staging import Staging
 
 if TYPE_CHECKING:
-    from dedup.decontam import PathLike, ProtectedNgrams
-    from dedup.index import IndexPart
+    from dedup.core.decontam import PathLike, ProtectedNgrams
+    from dedup.storage.index import IndexPart
 
 log = logging.getLogger("dedup")
 
@@ -147,13 +147,13 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
     shards_mod.check_columns(found, schema, id_column, text_column)
     parts: list[IndexPart] = []
     if against:
-        from dedup import index
+        from dedup.storage import index
 
         id_type = schema.field(id_column).type
         parts = index.load(list(against), params, id_type.value_type if pa.types.is_dictionary(id_type) else id_type)
     prot = None
     if prot_paths:
-        from dedup.decontam import ProtectedNgrams
+        from dedup.core.decontam import ProtectedNgrams
 
         with Stage(report, "protected") as stage:
             prot = ProtectedNgrams.from_paths(prot_paths, params.ngram_size)

@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dedup.config import PARTITION_ROWS
-from dedup.safety import UsageError, is_url
-from dedup.text import TEXT_DTYPE
+from dedup.core.text import TEXT_DTYPE
+from dedup.storage.safety import UsageError, is_url
 
 CLUSTER_COLUMN = "minhash_cluster"
 PARTITION_BYTES = 64 * 2**20
@@ -327,7 +327,7 @@ def read_features_input(shards: Sequence[Shard], id_column: str, text_column: st
     """The id and text columns of `shards`, concatenated, for the features stage.
 
     Ids come as int64 (integer ids) or Python strings; texts as an Arrow-backed column
-    (`dedup.text.TEXT_DTYPE`, read in place by the features stage). A null id or text that is not
+    (`dedup.core.text.TEXT_DTYPE`, read in place by the features stage). A null id or text that is not
     UTF-8 raises naming the file and row.
     """
     ids: list[Any] = []
@@ -363,7 +363,7 @@ def read_features_input(shards: Sequence[Shard], id_column: str, text_column: st
 
 def write_shard(table: pa.Table, fs: Any, path: str) -> None:
     """Write one output shard (parent directories created), unless its run has ended."""
-    from dedup.staging import check_live
+    from dedup.storage.staging import check_live
 
     check_live(fs, path)
     parent = posixpath.dirname(path)

@@ -1,7 +1,7 @@
 """The job's stages on Dask collections, each returning its collections and its own counts.
 
 features -> buckets -> confirm -> components (client or distributed) -> roots; the pure
-per-partition work is in `dedup.frames` and `dedup.ccstar`. Nothing proportional to the corpus
+per-partition work is in `dedup.partition.frames` and `dedup.partition.ccstar`. Nothing proportional to the corpus
 reaches the client or the task graph: edges, pairs and roots move between workers by shuffles,
 routed to the partition a document key names; the client receives counts (and, for client
 components only, the confirmed edges).
@@ -19,14 +19,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dedup import ccstar, frames, index
 from dedup.config import Params
-from dedup.decontam import ProtectedNgrams
-from dedup.graphs import exchanged, gathered, persist, shuffled
+from dedup.core.decontam import ProtectedNgrams
+from dedup.core.text import encode_batch
+from dedup.core.unionfind import components
+from dedup.job.graphs import exchanged, gathered, persist, shuffled
+from dedup.partition import ccstar, frames
+from dedup.report.shown import shown_repr
 from dedup.runtime import active_client, compute, shared
-from dedup.shown import shown_repr
-from dedup.text import encode_batch
-from dedup.unionfind import components
+from dedup.storage import index
 
 log = logging.getLogger("dedup")
 
@@ -151,7 +152,7 @@ def route(frame: dd.DataFrame, key_column: str, npartitions: int,
 
 
 def route_ranges(frame: dd.DataFrame, npartitions: int) -> dd.DataFrame:
-    """Band rows moved to the bucket range of their key (`dedup.index.key_range_of`): every bucket
+    """Band rows moved to the bucket range of their key (`dedup.storage.index.key_range_of`): every bucket
     in one partition, and the same ranges as an index's band files."""
     return _route_by(frame, partial(_range_part, column="key", npartitions=npartitions), npartitions, ranges=True)
 
@@ -222,7 +223,7 @@ def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against:
                  ) -> tuple[dd.DataFrame, int, tuple[dd.DataFrame, dd.DataFrame]]:
     """Documents whose id occurs twice in this run (kind 0) or is in an earlier index (kind 1).
 
-    The ids are routed to the range of their stable hash (`dedup.hashing.id_hashes`), where they
+    The ids are routed to the range of their stable hash (`dedup.core.hashing.id_hashes`), where they
     are compared exactly; each range also reads the same range of the earlier indexes' id files
     and, with `index_out`, writes this run's. Returns the conflicts persisted on the workers, the
     number of ranges, and, lazy, their counts by kind and a few of each for messages (to compute
@@ -242,7 +243,7 @@ def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against:
 
 
 def _with_id_hash(d: pd.DataFrame) -> pd.DataFrame:
-    from dedup.hashing import id_hashes
+    from dedup.core.hashing import id_hashes
 
     return d.assign(_h=id_hashes(d["_id"].to_numpy()))
 

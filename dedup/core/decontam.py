@@ -17,15 +17,16 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from dedup import _kernels, evalfiles
-from dedup.docs import Doc
-from dedup.text import TextBatch, _check_size, encode_batch, word_ngrams, words
+from dedup.core import _kernels
+from dedup.core.docs import Doc
+from dedup.core.text import TextBatch, _check_size, encode_batch, word_ngrams, words
+from dedup.storage import evalfiles
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
 def protected_texts(path: PathLike) -> Iterator[str]:
-    """Every protected text of a file or directory, in order (see `dedup.evalfiles` for the formats)."""
+    """Every protected text of a file or directory, in order (see `dedup.storage.evalfiles` for the formats)."""
     for f in evalfiles.files_of(str(path)):
         for _label, texts in evalfiles.records(f):
             yield from texts

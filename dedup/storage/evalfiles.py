@@ -24,7 +24,7 @@ from typing import Any
 import fsspec
 from fsspec.utils import infer_compression
 
-from dedup.safety import UsageError
+from dedup.storage.safety import UsageError
 
 LABEL_KEYS = frozenset({"case_id", "id", "tags", "scorer_args"})
 """Keys (and Parquet columns) whose values are labels, not text a model is tested on."""

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dedup import _kernels
-from dedup.hashing import MERSENNE_P, perm_params, shingle_hashes
-from dedup.text import TextBatch, _check_size, check_unit, encode_batch
+from dedup.core import _kernels
+from dedup.core.hashing import MERSENNE_P, perm_params, shingle_hashes
+from dedup.core.text import TextBatch, _check_size, check_unit, encode_batch
 
 SIGNATURE_DTYPE = np.uint32
 SIGNATURE_CHUNK = 2048

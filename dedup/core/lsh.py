@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dedup.config import check_banding
-from dedup.hashing import MERSENNE_P
+from dedup.core.hashing import MERSENNE_P
 
 NO_KEY = np.uint64(0)
 """The band key of a document without shingles: it is never put in a bucket."""
@@ -28,7 +28,7 @@ def band_keys(signatures: ArrayLike, *, num_bands: int = 16, rows_per_band: int 
     if sigs.ndim != 2:
         raise ValueError(f"band_keys() takes a 2-D array of signatures [n, num_perm]. Got shape {sigs.shape}.")
     check_banding(num_bands, rows_per_band, sigs.shape[1])
-    from dedup import _kernels
+    from dedup.core import _kernels
 
     h = _kernels.band_keys(np.ascontiguousarray(sigs, dtype=np.uint32), num_bands, rows_per_band)
     h[h == NO_KEY] = 1

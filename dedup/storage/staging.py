@@ -32,7 +32,7 @@ from typing import Any
 
 import fsspec
 
-from dedup.safety import INCOMPLETE, MANIFEST, UsageError, is_url
+from dedup.storage.safety import INCOMPLETE, MANIFEST, UsageError, is_url
 
 log = logging.getLogger("dedup")
 

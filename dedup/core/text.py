@@ -127,7 +127,7 @@ class TextBatch:
 
     def window_hashes(self, size: int, *, short: bool) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
         """FNV-1a 64 of every window's bytes, and the per-document offsets into them."""
-        from dedup import _kernels
+        from dedup.core import _kernels
 
         offsets = self.window_offsets(size, short=short)
         return _kernels.window_hashes(self.buf, self.word_start, self.word_offsets, size, short, offsets), offsets
@@ -137,7 +137,7 @@ class TextBatch:
         check_unit(unit)
         if unit == "word":
             return self.window_hashes(size, short=True)
-        from dedup import _kernels
+        from dedup.core import _kernels
 
         _check_size("size", size)
         nw = self.num_words
@@ -241,7 +241,7 @@ def encode_arrow(array: pa.Array | pa.ChunkedArray) -> TextBatch:
     if array.null_count:
         null = array.is_null().to_numpy(zero_copy_only=False)
         end[null] = start[null]
-    from dedup import _kernels
+    from dedup.core import _kernels
 
     other = np.flatnonzero(_kernels.non_ascii(data, start, end))
     pre = np.zeros(n, dtype=np.bool_)
@@ -300,7 +300,7 @@ def texts_of(column: pd.Series) -> list[str | None]:
 
 def _tokenize(raw: NDArray[np.uint8], start: NDArray[np.int64], end: NDArray[np.int64],
               pre: NDArray[np.bool_]) -> TextBatch:
-    from dedup import _kernels
+    from dedup.core import _kernels
 
     buf, word_start, counts = _kernels.tokenize(raw, start, end, pre, _ASCII_WORD, _NOT_SPACE, _ASCII_LOWER)
     word_offsets = np.zeros(len(start) + 1, dtype=np.int64)

@@ -12,7 +12,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from dedup import _kernels
+from dedup.core import _kernels
 
 MERSENNE_P = (1 << 31) - 1
 FNV_OFFSET = 0xCBF29CE484222325

@@ -15,7 +15,7 @@ import contextlib
 with contextlib.suppress(Exception):
     import distributed  # noqa: F401
 
-    import dedup.pipeline  # noqa: F401
+    import dedup.job.pipeline  # noqa: F401
     from dedup.runtime import _load_kernels
 
     _load_kernels()

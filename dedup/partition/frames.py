@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from dedup import _kernels
 from dedup.config import Params
-from dedup.decontam import ProtectedNgrams
-from dedup.lsh import NO_KEY, band_keys
-from dedup.minhash import SIGNATURE_CHUNK, SIGNATURE_DTYPE, batch_signatures
-from dedup.text import encode_batch, encode_column_chunks, texts_of
+from dedup.core import _kernels
+from dedup.core.decontam import ProtectedNgrams
+from dedup.core.lsh import NO_KEY, band_keys
+from dedup.core.minhash import SIGNATURE_CHUNK, SIGNATURE_DTYPE, batch_signatures
+from dedup.core.text import encode_batch, encode_column_chunks, texts_of
 
 KIND_CANDIDATE = 0
 """An edge to confirm: the two documents share a bucket."""
@@ -452,7 +452,7 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
     """At the partition of each pair's right document: every pair to score gets its estimate (and
     exact Jaccard) and whether it reaches the threshold by the chosen confirm mode; same-text pairs
     are confirmed with similarity 1."""
-    from dedup.minhash import pair_estimates
+    from dedup.core.minhash import pair_estimates
 
     if len(rows) == 0:
         return SCORED_META.copy()

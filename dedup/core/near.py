@@ -14,11 +14,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dedup.config import Params
-from dedup.docs import Doc
-from dedup.lsh import band_keys, bucket_pairs
-from dedup.minhash import pair_estimates, signatures
-from dedup.text import jaccard, shingles
-from dedup.unionfind import components
+from dedup.core.docs import Doc
+from dedup.core.lsh import band_keys, bucket_pairs
+from dedup.core.minhash import pair_estimates, signatures
+from dedup.core.text import jaccard, shingles
+from dedup.core.unionfind import components
 
 
 def confirm_pairs(

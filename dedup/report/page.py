@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from dedup.lsh import probability
-from dedup.shown import shorten
+from dedup.core.lsh import probability
+from dedup.report.shown import shorten
 
 log = logging.getLogger("dedup")
 

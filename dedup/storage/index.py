@@ -12,7 +12,7 @@ An on-disk LSH index, written by the workers while the job runs, read back by `-
                                 cluster's root id (its own id when kept), its text hashes, its
                                 signature, and where it is in OUTPUT (null when it was dropped)
     _index/ids/part-M.parquet   (h, id) of every document this run read, kept or not, whose id
-                                hash h (`dedup.hashing.id_hashes`) falls in range M, sorted by h
+                                hash h (`dedup.core.hashing.id_hashes`) falls in range M, sorted by h
 
 `doc` is the run's own document key (partition << 32 | row). The band files are range
 partitioned exactly like the bucket shuffle, so a later run joins each of its bucket partitions
@@ -39,13 +39,13 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from dedup import stamps
 from dedup.config import Params
-from dedup.safety import MANIFEST, UsageError, is_url, read_manifest
-from dedup.text import TEXT_DTYPE
+from dedup.core.text import TEXT_DTYPE
+from dedup.storage import stamps
+from dedup.storage.safety import MANIFEST, UsageError, is_url, read_manifest
 
 if TYPE_CHECKING:
-    from dedup.frames import Placement
+    from dedup.partition.frames import Placement
 
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
@@ -57,7 +57,7 @@ in their band files (a later run fetches them from the docs files): both are rea
 TKEYS_IN_BANDS = 3
 """The first format whose band rows carry their document's text hashes."""
 VERIFIED = 4
-"""The first format whose index.json records the stamp of every file it points at (`dedup.stamps`)."""
+"""The first format whose index.json records the stamp of every file it points at (`dedup.storage.stamps`)."""
 INDEX_PARAMS = ("num_perm", "num_bands", "rows_per_band", "shingle_size", "shingle_unit", "seed")
 """The parameters a signature and its band keys depend on: an index is usable only when they match."""
 KEY_SPACE = 1 << 64
@@ -204,7 +204,7 @@ def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[
 
     Raises `UsageError` naming the output when one is not a dedup output with an index, was made
     with other parameters or another id type, references an index that is gone or replaced, or
-    when a file an index points at is not the version it recorded (`dedup.stamps`). An earlier
+    when a file an index points at is not the version it recorded (`dedup.storage.stamps`). An earlier
     index that moved is found beside the index that references it (the same relative path) or
     among the outputs given.
     """
@@ -331,7 +331,7 @@ def _write_sorted(table: pa.Table, keys: tuple[str, ...], path_url: str, row_gro
     import pyarrow.parquet as pq
 
     order = _sort_order([table.column(k).to_numpy() for k in keys])
-    from dedup.staging import check_live
+    from dedup.storage.staging import check_live
 
     fs, path = fsspec.core.url_to_fs(path_url)
     check_live(fs, path)
@@ -456,7 +456,7 @@ class Layout:
 
     @property
     def placement(self) -> Placement:
-        from dedup.frames import Placement
+        from dedup.partition.frames import Placement
 
         return Placement(self.first, self.group)
 
@@ -468,7 +468,7 @@ class Layout:
 
     @property
     def first_key(self) -> int:
-        from dedup.frames import ROW_BITS
+        from dedup.partition.frames import ROW_BITS
 
         return self.first << ROW_BITS
 
@@ -490,7 +490,7 @@ def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str,
     with global document keys and their text hashes (0 for indexes older than `TKEYS_IN_BANDS`)."""
     import pandas as pd
 
-    from dedup.frames import LONG_META, ROW_BITS
+    from dedup.partition.frames import LONG_META, ROW_BITS
 
     if new.empty or partition_info is None:
         return LONG_META.copy()
@@ -538,11 +538,11 @@ def _positions_of(column: NDArray[np.uint64], keys: NDArray[np.uint64]) -> NDArr
 
 
 def features_meta(num_perm: int, id_dtype: Any) -> Any:
-    """An index partition's features (`dedup.frames.features_meta`) plus `_text`, the document's text
+    """An index partition's features (`dedup.partition.frames.features_meta`) plus `_text`, the document's text
     in the earlier output (read only for --confirm exact)."""
     import pandas as pd
 
-    from dedup.frames import features_meta as base
+    from dedup.partition.frames import features_meta as base
 
     return base(num_perm, id_dtype).assign(_text=pd.Series(dtype=TEXT_DTYPE))
 
@@ -563,7 +563,7 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     exact Jaccard leaves it out."""
     import pandas as pd
 
-    from dedup.frames import CLEAN, ROW_BITS, SIG, sig_payload
+    from dedup.partition.frames import CLEAN, ROW_BITS, SIG, sig_payload
 
     if partition_info is None or partition_info["number"] < layout.first or rows.empty:
         return features_meta(params.num_perm, id_dtype)
@@ -591,7 +591,7 @@ def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool
     import fsspec
     import pyarrow.parquet as pq
 
-    from dedup.frames import ROW_BITS
+    from dedup.partition.frames import ROW_BITS
 
     part, p, start = layout.locate(q)
     offset = np.int64(start << ROW_BITS)
@@ -646,7 +646,7 @@ def _groups_holding(pf: Any, need: NDArray[np.int64]) -> list[int]:
 def kept_rows(rows: Any, feat: Any) -> Any:
     """The matched band rows whose document is in the index partition's features (one a run kept),
     with its text hashes."""
-    from dedup.frames import LONG_META
+    from dedup.partition.frames import LONG_META
 
     if rows.empty:
         return LONG_META.copy()

@@ -18,8 +18,8 @@ import pandas as pd
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from dedup.decontam import ProtectedNgrams
-from dedup.frames import CLEAN, SKIPPED, key_row
+from dedup.core.decontam import ProtectedNgrams
+from dedup.partition.frames import CLEAN, SKIPPED, key_row
 
 REPORT_DIR = "_report"
 REMOVED = f"{REPORT_DIR}/removed.parquet"

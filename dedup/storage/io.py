@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dedup.shards import open_input
+from dedup.storage.shards import open_input
 
 
 def null_id_rows(files: Sequence[str], id_column: str, limit: int = 5) -> list[tuple[str, int]]:

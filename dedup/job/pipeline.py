@@ -1,6 +1,6 @@
 """The Dask job: Parquet shards in, near duplicates tagged or dropped, contaminated rows removed.
 
-`analyse` runs the stages of `dedup.stages` top to bottom, each logging one line with its
+`analyse` runs the stages of `dedup.job.stages` top to bottom, each logging one line with its
 counts and seconds:
 
     features (and unique ids) -> [contamination] -> buckets -> confirm -> components -> roots
@@ -25,18 +25,21 @@ import pandas as pd
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from dedup import frames, index, io, removed, stages, stamps
-from dedup import report as report_page
-from dedup import shards as shards_mod
 from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
-from dedup.decontam import PathLike, ProtectedNgrams
-from dedup.graphs import persist
-from dedup.plan import Plan, Report, Stage, prepare
+from dedup.core.decontam import PathLike, ProtectedNgrams
+from dedup.core.text import TEXT_DTYPE
+from dedup.job import stages
+from dedup.job.graphs import persist
+from dedup.job.plan import Plan, Report, Stage, prepare
+from dedup.partition import frames
+from dedup.report import page as report_page
+from dedup.report import removed
+from dedup.report.shown import shorten, shown_repr
 from dedup.runtime import active_client, compute, settle, shared
-from dedup.safety import MANIFEST, UsageError
-from dedup.shown import shorten, shown_repr
-from dedup.staging import deferred_interrupts
-from dedup.text import TEXT_DTYPE
+from dedup.storage import index, io, stamps
+from dedup.storage import shards as shards_mod
+from dedup.storage.safety import MANIFEST, UsageError
+from dedup.storage.staging import deferred_interrupts
 
 log = logging.getLogger("dedup")
 
@@ -426,8 +429,8 @@ def _clusters(d: pd.DataFrame) -> pd.DataFrame:
 
 def _member_scores(pairs: list[tuple[str, str]], params: Params) -> list[tuple[float, float]]:
     """(MinHash estimate, exact Jaccard) of each (root text, member text), for the page."""
-    from dedup.minhash import estimate, signatures
-    from dedup.text import jaccard, shingles
+    from dedup.core.minhash import estimate, signatures
+    from dedup.core.text import jaccard, shingles
 
     out = []
     for a, b in pairs:
