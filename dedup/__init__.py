@@ -44,7 +44,16 @@ __all__ = [
 
 
 
+MODULES = {"pipeline": "job.pipeline"}
+"""Modules of the public API by their short name: `from dedup import pipeline` (Parquet to Parquet on
+Dask: `pipeline.run`, and `pipeline.near_dedup` on a Dask frame of your own)."""
+
+
 def __getattr__(name: str) -> Any:
+    if name in MODULES:
+        module = importlib.import_module(f"dedup.{MODULES[name]}")
+        globals()[name] = module
+        return module
     if name in _HOME:
         value = getattr(importlib.import_module(f"dedup.{_HOME[name]}"), name)
         globals()[name] = value
@@ -53,4 +62,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOME])
+    return sorted([*globals(), *_HOME, *MODULES])

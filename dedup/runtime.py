@@ -278,8 +278,10 @@ def in_process(threads: int) -> Iterator[None]:
 
 
 def _load_kernels_quietly() -> None:
+    from dedup.partition.frames import warm_kernels
+
     with contextlib.suppress(Exception):  # the first task that needs them raises the error
-        _load_kernels()
+        warm_kernels()
 
 
 def dask_setup(worker: Any) -> None:
@@ -290,8 +292,9 @@ def dask_setup(worker: Any) -> None:
     try:
         arrow_memory_pool()
         import dedup.job.pipeline  # noqa: F401  (the tasks' functions live there and in its imports)
+        from dedup.partition.frames import warm_kernels
 
-        _load_kernels()
+        warm_kernels()
     except Exception as exc:  # pragma: no cover - the task that needs it reports the error
         log.warning("worker preload failed: %s", exc)
 
@@ -310,124 +313,11 @@ def arrow_memory_pool() -> str:
     return str(pa.default_memory_pool().backend_name)
 
 
-def _load_kernels() -> None:
-    """Run the features and band keys once on a tiny frame, so a worker loads their compiled kernels now."""
-    import pandas as pd
-
-    from dedup.config import Params
-    from dedup.core.text import TEXT_DTYPE
-    from dedup.partition import frames
-
-    feat = frames.features(pd.DataFrame({"id": ["a"], "text": pd.Series(["warm up the compiled kernels of dedup"],
-                                                                          dtype=TEXT_DTYPE)}), "id", "text", Params(), None)
-    frames.long_form(feat, Params())  # the band keys' kernel
-
-
 def warm_up(client: Any) -> list[Any]:
     """Load the kernels on every worker of a cluster we connect to, in the background while the
     client plans and builds the graph (about 0.9 s a worker otherwise paid by the first features task;
     benchmarks/stage_profile.py). Local clusters do it as the workers start (`dask_setup`)."""
     workers = list(client.scheduler_info(n_workers=-1)["workers"])
-    return [client.submit(_load_kernels, pure=False, workers=[w], allow_other_workers=False) for w in workers]
+    from dedup.partition.frames import warm_kernels
 
-
-STAGE = {"name": "", "rows": ""}
-"""The stage now running and what it works on, set by `dedup.job.plan.Stage`: the progress bar's label."""
-
-
-def show_progress(futures: Any) -> None:
-    """A progress bar on stderr while `futures` run, labelled with the stage, when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return
-    from distributed import progress
-
-    label = " ".join(x for x in (STAGE["name"], STAGE["rows"]) if x)
-    with contextlib.redirect_stdout(sys.stderr):
-        if label:
-            print(f"{label}:", file=sys.stderr)
-        progress(futures)
-        print(file=sys.stderr)
-
-
-def active_client() -> Any:
-    """The distributed client to run on, or None for the local scheduler (no client, or
-    `dask.config.set(scheduler=...)` names another one: "sync", "threads" or a function)."""
-    import dask
-
-    if dask.config.get("scheduler", None) not in (None, "dask.distributed"):
-        return None
-    try:
-        from distributed import get_client
-
-        return get_client()
-    except (ImportError, ValueError):
-        return None
-
-
-def compute(*collections: Any, retries: int = 2) -> Any:
-    """dask.compute on the active client with retries (dask.annotate(retries=) is ignored), with a
-    progress bar on a terminal; on the local scheduler without a client."""
-    import dask
-
-    from dedup.job.graphs import fused
-
-    collections = tuple(fused(*collections))
-    client = active_client()
-    if client is None:
-        if not sys.stderr.isatty():
-            return dask.compute(*collections)
-        from dask.diagnostics import ProgressBar
-
-        label = " ".join(x for x in (STAGE["name"], STAGE["rows"]) if x)
-        if label:
-            print(f"{label}:", file=sys.stderr)
-        with ProgressBar(out=sys.stderr):
-            return dask.compute(*collections)
-    futures = client.compute(list(collections), retries=retries)
-    try:
-        show_progress(futures)
-        return client.gather(futures)
-    except BaseException:
-        with contextlib.suppress(Exception):  # the tasks not started yet never start
-            client.cancel(futures, force=True)
-        raise
-
-
-SETTLE_SECONDS = 60.0
-"""How long a failed run waits for the cluster's running tasks to end before it removes its staging
-directory (its write tasks check the run's token before each file, so one still running then writes
-at most the file it has begun)."""
-
-
-def settle(seconds: float = SETTLE_SECONDS) -> None:
-    """Wait until the active cluster runs no task (a task cannot be stopped midway; a failed run's
-    futures are cancelled), for at most `seconds`."""
-    import time
-
-    from dedup.job.watchdog import FAILED
-
-    client = active_client()
-    if client is None:
-        return
-    if FAILED:  # a stalled cluster's tasks may never end: the token keeps them from writing
-        seconds = min(seconds, 5.0)
-    deadline = time.monotonic() + seconds
-    with contextlib.suppress(Exception):  # a scheduler that is gone runs nothing of ours
-        while time.monotonic() < deadline:
-            if not any(client.processing().values()):
-                return
-            time.sleep(0.1)
-        log.debug("tasks still running after %.0f s; removing the staging directory anyway", seconds)
-
-
-def shared(value: Any) -> Any:
-    """`value` as one graph node that every partition's task depends on.
-
-    A delayed value, not a scattered future: the scheduler keeps it in the graph, so a worker
-    killed mid-run loses nothing that cannot be recomputed (a scattered future would be gone).
-    Only for values whose size does not grow with the corpus (parameters, the protected n-grams,
-    the list of input files).
-    """
-    import dask
-
-    return dask.delayed(value, pure=True, traverse=False)
+    return [client.submit(warm_kernels, pure=False, workers=[w], allow_other_workers=False) for w in workers]

@@ -9,8 +9,8 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
+from dedup.job.compute import compute
 from dedup.job.graphs import Persisted, exchanged, fused, gathered, persist
-from dedup.runtime import compute
 
 
 def _double(d: pd.DataFrame) -> pd.DataFrame:

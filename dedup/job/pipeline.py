@@ -29,13 +29,13 @@ from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
 from dedup.core.decontam import PathLike, ProtectedNgrams
 from dedup.core.text import TEXT_DTYPE
 from dedup.job import stages
+from dedup.job.compute import active_client, compute, settle, shared
 from dedup.job.graphs import persist
 from dedup.job.plan import Plan, Report, Stage, prepare
 from dedup.partition import frames
 from dedup.report import page as report_page
 from dedup.report import removed
 from dedup.report.shown import shorten, shown_repr
-from dedup.runtime import active_client, compute, settle, shared
 from dedup.storage import index, io, stamps
 from dedup.storage import shards as shards_mod
 from dedup.storage.safety import MANIFEST, UsageError

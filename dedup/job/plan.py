@@ -69,7 +69,7 @@ class Stage:
         self.summary = ""
 
     def __enter__(self) -> Self:
-        from dedup.runtime import STAGE
+        from dedup.job.compute import STAGE
 
         self.start = time.perf_counter()
         STAGE["name"] = self.name

@@ -16,6 +16,6 @@ with contextlib.suppress(Exception):
     import distributed  # noqa: F401
 
     import dedup.job.pipeline  # noqa: F401
-    from dedup.runtime import _load_kernels
+    from dedup.partition.frames import warm_kernels
 
-    _load_kernels()
+    warm_kernels()

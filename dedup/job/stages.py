@@ -23,10 +23,10 @@ from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
 from dedup.core.text import encode_batch
 from dedup.core.unionfind import components
+from dedup.job.compute import active_client, compute, shared
 from dedup.job.graphs import exchanged, gathered, persist, shuffled
 from dedup.partition import ccstar, frames
 from dedup.report.shown import shown_repr
-from dedup.runtime import active_client, compute, shared
 from dedup.storage import index
 
 log = logging.getLogger("dedup")

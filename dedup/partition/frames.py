@@ -691,3 +691,12 @@ def attach_roots(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | N
     out = part.copy()
     out["minhash_cluster"] = pd.array(cluster, dtype=part[id_column].dtype)
     return out[keep]
+
+
+def warm_kernels() -> None:
+    """Run the features and band keys once on a tiny frame, so a worker loads their compiled kernels now."""
+    from dedup.core.text import TEXT_DTYPE
+
+    feat = features(pd.DataFrame({"id": ["a"], "text": pd.Series(["warm up the compiled kernels of dedup"],
+                                                                 dtype=TEXT_DTYPE)}), "id", "text", Params(), None)
+    long_form(feat, Params())  # the band keys' kernel

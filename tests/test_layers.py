@@ -1,0 +1,70 @@
+"""The tree is the architecture: each layer imports only the layers below it, only the job and
+its edges touch Dask, and the public API stays where users import it from."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import dedup
+
+ROOT = Path(__file__).resolve().parent.parent / "dedup"
+
+BELOW = {
+    "core": {"core"},
+    "partition": {"core", "partition"},
+    "storage": {"core", "partition", "storage"},
+    "report": {"core", "partition", "report"},
+    "job": {"core", "partition", "storage", "report", "job"},
+}
+"""What each layer may import from dedup (besides `dedup.config`)."""
+EXCEPTIONS = {("core/decontam.py", "storage.evalfiles")}
+"""Reading the protected texts: `ProtectedNgrams.from_paths` takes paths."""
+DASK_FREE = ("core", "partition", "storage", "report")
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("dedup.") and node.module.count(".") == 1:  # from dedup.storage import evalfiles
+                found += [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(BELOW))
+def test_a_layer_imports_only_the_layers_below_it(layer: str) -> None:
+    bad = []
+    for path in sorted((ROOT / layer).glob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        for module in _imports(path):
+            parts = module.split(".")
+            if parts[0] != "dedup" or len(parts) < 2 or parts[1] == "config":
+                continue
+            target = ".".join(parts[1:3])
+            if parts[1] not in BELOW[layer] and (rel, target) not in EXCEPTIONS:
+                bad.append(f"{rel} imports {module}")
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("layer", DASK_FREE)
+def test_only_the_job_and_its_edges_import_dask(layer: str) -> None:
+    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in sorted((ROOT / layer).glob("*.py"))
+           for m in _imports(p) if m.split(".")[0] in ("dask", "distributed")]
+    assert not bad, bad
+
+
+def test_the_public_api_resolves() -> None:
+    for name in dedup.__all__:
+        assert getattr(dedup, name) is not None, name
+    from dedup import pipeline
+
+    assert callable(pipeline.run) and callable(pipeline.near_dedup) and callable(pipeline.decontaminate)
+    assert dedup.minhash is __import__("dedup.core.minhash", fromlist=["minhash"]).minhash
