@@ -1,7 +1,7 @@
 """Client, scheduler and worker memory as the corpus grows: does the client stay small?
 
 Starts a separate `dask scheduler` and two `dask worker --preload dedup.runtime` processes (1
-thread each, as README "Cluster" recommends for a cluster of your own), writes
+thread each, as docs/operations.md recommends for a cluster of your own), writes
 generated corpora of ~60-word documents (shards of 50,000, 10% planted near copies, one word changed), runs
 `dedup run --scheduler-file` on each for `--components client` and `distributed`, and prints
 every process's peak RSS (sampled every 0.1 s), seconds and documents per second.

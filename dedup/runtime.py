@@ -86,7 +86,7 @@ MALLOC_ENVIRON = {"MALLOC_TRIM_THRESHOLD_": 16 * 2**20, "MALLOC_MMAP_THRESHOLD_"
 """glibc settings for local workers. Dask's nanny sets MALLOC_TRIM_THRESHOLD_ to 64 KiB, which
 returns every freed 64 KiB at the top of a heap to the system and also fixes the size above which
 blocks are mmapped at 128 KiB: each chunk's arrays were mapped, faulted in and unmapped again, and
-the features stage took about a sixth more CPU than in a plain process (README, Performance).
+the features stage took about a sixth more CPU than in a plain process (docs/performance.md).
 Allocations of 4 MiB or more are still mapped (and returned at once); smaller ones reuse the heap,
 which keeps up to 16 MiB free at its top."""
 
@@ -302,7 +302,7 @@ def dask_setup(worker: Any) -> None:
 def arrow_memory_pool() -> str:
     """Make Arrow allocate from jemalloc, unless the user chose a pool with ARROW_DEFAULT_MEMORY_POOL;
     the pool's name. Arrow's default (mimalloc) holds on to more freed memory: a worker's peak RSS
-    was about 5% higher with it, for the same time (README, Memory)."""
+    was about 5% higher with it, for the same time (docs/operations.md)."""
     import pyarrow as pa
 
     if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):

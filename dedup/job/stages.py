@@ -51,7 +51,7 @@ as a shuffle, but 32 x 32 pieces took 1.10 s against 0.81 s: every piece is a ta
 scheduler's), so their cost grows with the square of the partitions where a shuffle's grows with
 the rows (a scratch script, 2 rounds each). Routes to the documents' own partitions keep the
 shuffle: through pieces, the confirm and roots stages, which join those partitions with the
-features', took 0.05 and 0.12 s longer (README, Performance)."""
+features', took 0.05 and 0.12 s longer (docs/performance.md)."""
 
 ID_ROW_BYTES = 80
 """The estimate of a routed row holding a document key and an id (a string id of about 50 bytes)."""

@@ -69,7 +69,7 @@ def plotting() -> Any:
     """matplotlib's pyplot, drawing to files (Agg, SVG text as text). The CLI imports it while the
     cluster starts (`dedup.cli._execute`), before the job: imported in a thread while the job ran,
     it held the GIL the scheduler in this process needs, and the features stage took about a third
-    longer (README, Performance); imported when the page was drawn, it added about 0.4 s after it."""
+    longer (docs/performance.md); imported when the page was drawn, it added about 0.4 s after it."""
     import matplotlib
 
     matplotlib.use("Agg")
