@@ -23,26 +23,25 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from numpy.typing import NDArray
 
 from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
 from dedup.core.decontam import PathLike, ProtectedNgrams
 from dedup.core.text import TEXT_DTYPE
-from dedup.job import stages
-from dedup.job.compute import active_client, compute, settle, shared
+from dedup.job import page_data, stages, write
+from dedup.job.compute import compute, settle, shared
 from dedup.job.graphs import persist
+from dedup.job.manifest import versions, warnings_of
 from dedup.job.plan import Plan, Report, Stage, prepare
 from dedup.partition import frames
 from dedup.report import page as report_page
 from dedup.report import removed
-from dedup.report.shown import shorten, shown_repr
+from dedup.report.shown import shown_repr
 from dedup.storage import index, io, stamps
 from dedup.storage import shards as shards_mod
 from dedup.storage.safety import MANIFEST, UsageError
 from dedup.storage.staging import deferred_interrupts
 
 log = logging.getLogger("dedup")
-
 
 
 @dataclass
@@ -56,7 +55,7 @@ class Decisions:
     """(doc, matched, estimate, jaccard) per clustered document at its partition, for the report: the
     roots themselves, when they carry them (`stages.roots` with `scored`)."""
     clusters: pd.DataFrame | None = None
-    """For the report: cluster sizes, the largest clusters and their first members (`_clusters`)."""
+    """For the report: cluster sizes, the largest clusters and their first members (`page_data.cluster_summary`)."""
     examples: pd.DataFrame | None = None
     """For the report: (source, doc, _id), a contaminated document per protected record and partition."""
 
@@ -75,7 +74,6 @@ def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:
         raise ValueError(f"The id column {id_column!r} has type {idtype}; ids must be strings or integers.")
     if "minhash_cluster" in cols:
         raise ValueError("The input already has a 'minhash_cluster' column; rename or drop it first.")
-
 
 
 def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool, id_column: str, text_column: str,
@@ -172,7 +170,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     with Stage(report, "roots") as stage:
         roots, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement,
                                 placed=mode == "client", edge_rows=conf["graph_edges"],
-                                summary=(_clusters, CLUSTERS_META) if details else None,
+                                summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if details else None,
                                 scored=scored if details else None, exact=params.confirm == "exact")
         report.clusters, report.largest_cluster = c["clusters"], c["largest"]
         report.near_duplicates = c["duplicates"]
@@ -280,281 +278,6 @@ def _explain_killed_worker(exc: BaseException, groups: Sequence[Sequence[str]], 
         "Nothing was written.") from exc
 
 
-def _versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out = {}
-    for pkg in ("dedup", "numpy", "numba", "pandas", "pyarrow", "dask", "distributed"):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            out[pkg] = "unknown"
-    return out
-
-
-def _read_group(group: list[shards_mod.Shard], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
-    return shards_mod.read_features_input(group, id_column, text_column, id_type)
-
-
-def _write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[list[list[shards_mod.Shard]], pa.Schema],
-                 id_column: str, drop: bool, tag: bool, staging_url: str, num_perm: int | None = None,
-                 shown: tuple[str, dict[int, list[int]]] | None = None,
-                 partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Write the output shards of one partition: each input file filtered, tagged, under its own name;
-    with `num_perm`, also this partition's index docs file (every document kept as its cluster's root).
-    `shown`: (text column, partition -> rows): the texts of those rows come back, as (key, text)
-    pairs in the "texts" column, for the report page (read here with every other column)."""
-    import fsspec
-
-    assert partition_info is not None
-    groups, schema = layout
-    group = groups[partition_info["number"]]
-    keep, cluster = frames.row_decisions(feat, roots, drop)
-    fs, root = fsspec.core.url_to_fs(staging_url)
-    cluster_field = pa.field(shards_mod.CLUSTER_COLUMN, cluster_type(schema, id_column), nullable=False)
-    out_row = np.cumsum(keep) - 1  # row of each kept document in its output file, once offset per file
-    out_file = np.empty(len(feat), dtype=object)
-    text_column, rows = shown if shown is not None else ("", {})
-    wanted = np.asarray(rows.get(partition_info["number"], []), dtype=np.int64)
-    texts: list[tuple[int, Any]] = []
-    offset = written = 0
-    for s in group:
-        table = shards_mod.conform(shards_mod.read_table(s.path), schema)
-        n = table.num_rows
-        if offset + n > len(feat):
-            raise RuntimeError(f"{s.path} has more rows than its features; was it changed during the run?")
-        here = wanted[(wanted >= offset) & (wanted < offset + n)]
-        if len(here):
-            got = table.column(text_column).take(pa.array(here - offset, pa.int64())).to_pylist()
-            texts += zip(feat["doc"].to_numpy(np.int64)[here].tolist(), got)
-        k = keep[offset:offset + n]
-        out_row[offset:offset + n] -= written
-        out_file[offset:offset + n] = s.name
-        table = table.filter(pa.array(k, type=pa.bool_()))
-        if tag:
-            table = table.append_column(cluster_field, pa.array(cluster[offset:offset + n][k], type=cluster_field.type))
-        shards_mod.write_shard(table, fs, f"{root}/{s.name}")
-        offset += n
-        written += table.num_rows
-    if offset != len(feat):
-        raise RuntimeError(f"Input files {[s.path for s in group]} changed during the run (row counts differ).")
-    indexed = absorbed = nbytes = 0
-    if num_perm is not None:
-        own = feat["_id"].to_numpy(dtype=cluster.dtype)
-        root = keep & (cluster == own)
-        # the kept documents, and the near duplicates found (those with band rows): a later run
-        # that finds a document like one of them puts it in the same cluster
-        take = np.flatnonzero(root | (np.isin(feat["doc"].to_numpy(np.int64), frames.band_documents(feat)) & ~root))
-        sigs = frames.signatures_of(feat, num_perm, take)
-        tkeys = (feat["tkey"].to_numpy(np.uint64)[take], feat["tkey2"].to_numpy(np.uint64)[take])
-        files = [f if k else None for f, k in zip(out_file[take].tolist(), keep[take])]
-        table = index.docs_table(own[take].tolist(), cluster[take].tolist(), feat["doc"].to_numpy(np.int64)[take], tkeys,
-                                 sigs, files, out_row[take], cluster_type(schema, id_column))
-        nbytes = index.write_docs(table, f"{staging_url}/{index.INDEX_DIR}", partition_info["number"])
-        indexed = int(root.sum())
-        absorbed = table.num_rows - indexed
-    return pd.DataFrame({"rows": [written], "indexed": [indexed], "absorbed": [absorbed], "bytes": [nbytes],
-                         "texts": pd.Series([texts], dtype=object)})
-
-
-def _locator(groups: list[list[shards_mod.Shard]]) -> Callable[[int], tuple[str, int]]:
-    """Maps a document key (partition, row) to its input file and the row inside it."""
-    def locate(key: int) -> tuple[str, int]:
-        part, row = key >> frames.ROW_BITS, key & ((1 << frames.ROW_BITS) - 1)
-        for s in groups[part]:
-            if row < s.rows:
-                return s.path, row
-            row -= s.rows
-        return groups[part][-1].path, row
-    return locate
-
-
-def _write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.DataFrame | None,
-                   layout: tuple[list[list[shards_mod.Shard]], pa.Schema], id_column: str,
-                   protected: ProtectedNgrams | None, staging_url: str,
-                   partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Write `_report/removed.parquet/<input file name>` for each input file of one partition."""
-    import fsspec
-
-    assert partition_info is not None
-    groups, schema = layout
-    _, cluster = frames.row_decisions(feat, roots, drop=False)
-    table, rows = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column))
-    fs, root = fsspec.core.url_to_fs(staging_url)
-    offset = written = 0
-    for s in groups[partition_info["number"]]:
-        lo, hi = np.searchsorted(rows, [offset, offset + s.rows])
-        part = table.slice(lo, hi - lo)
-        shards_mod.write_shard(part, fs, f"{root}/{removed.REMOVED}/{s.name}")
-        offset += s.rows
-        written += part.num_rows
-    return pd.DataFrame({"rows": [written]})
-
-
-TOP_CLUSTERS, MEMBERS_SHOWN = 5, 3
-
-
-def _largest(per_root: pd.Series) -> list[tuple[int, Any]]:
-    """The TOP_CLUSTERS largest of (root -> size), ties by the root's text: the same order on every
-    partition and on the client, so the page does not depend on how components are partitioned."""
-    return sorted(zip(per_root.to_numpy().astype(int).tolist(), per_root.index.astype(object)),
-                  key=lambda x: (-x[0], str(x[1])))[:TOP_CLUSTERS]
-
-
-CLUSTERS_META = {"kind": object, "size": "int64", "count": "int64", "root": object, "doc": "int64", "_id": object}
-
-
-def _clusters(d: pd.DataFrame) -> pd.DataFrame:
-    """Per partition of (doc, root, _id) by component, in one frame: how many clusters of each size
-    (kind "size": size, count), its largest clusters (kind "top": size, root; the largest overall
-    are among the largest of some partition), and their first members by id (kind "member": root,
-    doc, _id). One task a partition, one count of members per root."""
-    per_root = d.groupby("root").size()
-    vc = per_root.value_counts()
-    best = _largest(per_root)
-    tops = [r for _, r in best]
-    m = d[d["root"].isin(tops)]
-    m = m.assign(_k=m["_id"].astype(object)).sort_values(["root", "_k"], kind="stable") if len(m) else m
-    m = m.groupby("root", sort=False).head(MEMBERS_SHOWN + 1)
-    n_sizes, n_top, n_members = len(vc), len(best), len(m)
-    return pd.DataFrame({
-        "kind": ["size"] * n_sizes + ["top"] * n_top + ["member"] * n_members,
-        "size": np.concatenate([vc.index.to_numpy(np.int64), np.asarray([s for s, _ in best], np.int64),
-                                np.zeros(n_members, np.int64)]),
-        "count": np.concatenate([vc.to_numpy(np.int64), np.zeros(n_top + n_members, np.int64)]),
-        "root": pd.Series([None] * n_sizes + tops + m["root"].astype(object).tolist(), dtype=object),
-        "doc": np.concatenate([np.full(n_sizes + n_top, -1, np.int64), m["doc"].to_numpy(np.int64)]),
-        "_id": pd.Series([None] * (n_sizes + n_top) + m["_id"].astype(object).tolist(), dtype=object)})
-
-
-def _member_scores(pairs: list[tuple[str, str]], params: Params) -> list[tuple[float, float]]:
-    """(MinHash estimate, exact Jaccard) of each (root text, member text), for the page."""
-    from dedup.core.minhash import estimate, signatures
-    from dedup.core.text import jaccard, shingles
-
-    out = []
-    for a, b in pairs:
-        sigs = signatures([a, b], num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size,
-                          shingle_unit=params.shingle_unit)
-        out.append((float(estimate(sigs[0], sigs[1])), jaccard(shingles(a, params.shingle_size, params.shingle_unit),
-                                                               shingles(b, params.shingle_size, params.shingle_unit))))
-    return out
-
-
-@dataclass
-class PageDocuments:
-    """What the report page shows of the clusters and documents: how many clusters of each size, its
-    largest clusters (size, root) with their first members (doc, root, _id), one contaminated
-    document per protected record (source, doc, _id), and the keys of this run's documents among
-    them, whose texts the write tasks return (`_write_group`)."""
-
-    sizes: dict[int, int]
-    tops: list[tuple[int, Any]]
-    members: pd.DataFrame | None
-    examples: pd.DataFrame | None
-    keys: NDArray[np.int64]
-
-    def rows_by_partition(self) -> dict[int, list[int]]:
-        """Partition -> the rows inside it of `keys` (the few documents each write task reads out)."""
-        out: dict[int, list[int]] = {}
-        for p, r in zip(frames.key_partition(self.keys).tolist(), frames.key_row(self.keys).tolist()):
-            out.setdefault(p, []).append(r)
-        return out
-
-
-def _page_documents(decided: Decisions) -> PageDocuments:
-    """Which clusters and documents the page shows, from the summaries `analyse` computed."""
-    sizes: dict[int, int] = {}
-    tops: list[tuple[int, Any]] = []
-    members = None
-    wanted: list[int] = []
-    if decided.clusters is not None and len(decided.clusters):
-        g = decided.clusters
-        counts = g[g["kind"] == "size"].groupby("size")["count"].sum()
-        sizes = {int(k): int(v) for k, v in counts.items()}
-        t = g[g["kind"] == "top"]
-        tops = _largest(pd.Series(t["size"].to_numpy(), index=t["root"].astype(object)))
-        members = g[g["kind"] == "member"][["doc", "root", "_id"]]
-        members = members[members["root"].astype(object).isin([r for _, r in tops])]
-        wanted += members["doc"].astype(np.int64).tolist()
-    examples = decided.examples
-    if examples is not None:
-        examples = examples.assign(_k=examples["_id"].astype(object)).sort_values(["source", "_k"]).drop_duplicates("source")
-        wanted += examples["doc"].astype(np.int64).tolist()
-    keys = np.unique(np.asarray(wanted, dtype=np.int64))
-    # an earlier output's documents (--against) are not read again
-    return PageDocuments(sizes, tops, members, examples, keys[frames.key_partition(keys) < decided.feat.npartitions])
-
-
-def _read_texts(keys: NDArray[np.int64], locate: Callable[[int], tuple[str, int]], text_column: str) -> dict[int, str]:
-    """The texts of a few documents, read file by file (only their row groups' text column): for a
-    run that writes no shards (--dry-run), whose write tasks would otherwise return them."""
-    by_file: dict[str, list[tuple[int, int]]] = {}
-    for key in keys.tolist():
-        path, row = locate(key)
-        by_file.setdefault(path, []).append((row, key))
-    if not by_file:
-        return {}
-    import dask
-
-    texts = compute(*[dask.delayed(shards_mod.read_rows, pure=True)(path, [r for r, _ in rows], text_column)
-                      for path, rows in by_file.items()])
-    return {key: t for rows, got in zip(by_file.values(), texts) for (_, key), t in zip(rows, got)}
-
-
-def _report_extras(shown: PageDocuments, text_of: dict[int, Any], params: Params,
-                   protected: ProtectedNgrams | None) -> report_page.Extras:
-    """The small summaries the report page needs: cluster sizes, the largest clusters with a few members
-    (their texts and similarities to the root), and one example document per top protected record."""
-    extras = report_page.Extras(cluster_sizes=shown.sizes)
-    if not len(shown.keys):  # nothing of this run's to show (the largest clusters are earlier outputs')
-        return extras
-    members = shown.members
-    if members is not None:
-        listed: list[tuple[report_page.ClusterView, Any, str]] = []
-        for size, root in shown.tops:
-            rows = members[members["root"] == root]
-            root_rows = rows[rows["_id"].astype(object) == root]
-            root_text = (text_of.get(int(root_rows["doc"].iloc[0]), "") if len(root_rows) else "") or ""
-            view = report_page.ClusterView(root, int(size), root_text)
-            others = rows[rows["_id"].astype(object) != root].head(MEMBERS_SHOWN)
-            listed += [(view, ident, text_of.get(int(doc), "") or "")
-                       for doc, ident in zip(others["doc"].astype(np.int64), others["_id"])]
-            extras.clusters.append(view)
-        # scored where the kernels are loaded already (a client would load them for a dozen pairs)
-        client = active_client()
-        pairs = [(view.root_text, t) for view, _, t in listed]
-        scores = (client.submit(_member_scores, pairs, params, pure=False).result() if client is not None and pairs
-                  else _member_scores(pairs, params))
-        for (view, ident, t), (est, jac) in zip(listed, scores):
-            view.members.append({"id": ident, "text": t, "estimate": est, "jaccard": jac})
-    if shown.examples is not None and protected is not None:
-        for rec, doc in zip(shown.examples["source"].astype(int), shown.examples["doc"].astype(np.int64)):
-            key = (protected.files[protected.record_file[rec]], protected.record_labels[rec])
-            extras.record_examples[key] = text_of.get(int(doc), "") or ""
-    return extras
-
-
-def _warnings(report: Report, params: Params) -> list[str]:
-    """What a reader of the report must not miss."""
-    out = []
-    for r in report.contaminated_by_record:
-        if report.input_rows and r["documents"] > stages.CONTAMINATION_WARN_SHARE * report.input_rows:
-            out.append(f"Protected record {shorten(r['record'])} of {r['file']} alone removes {r['documents']:,} documents "
-                       f"({100 * r['documents'] / report.input_rows:.1f}% of the corpus), e.g. by the n-gram "
-                       f"'{shorten(r['ngram'])}': check that it is eval text and not boilerplate.")
-    if report.approximated_buckets:
-        out.append(f"{report.approximated_buckets} LSH bucket(s) had more than {params.max_bucket} distinct texts "
-                   f"(largest {report.largest_approximated_bucket}) and were joined by star edges, not all pairs.")
-    return out
-
-
-def cluster_type(schema: pa.Schema, id_column: str) -> pa.DataType:
-    """The type of `minhash_cluster`: the id column's (its value type when dictionary-encoded)."""
-    t = schema.field(id_column).type
-    return t.value_type if pa.types.is_dictionary(t) else t
-
-
 def execute(plan: Plan) -> dict[str, Any]:
     """Run a prepared job on the active client (or the local scheduler) and commit OUTPUT; the manifest."""
     report, params, staging = plan.report, plan.params, plan.staging
@@ -565,7 +288,7 @@ def execute(plan: Plan) -> dict[str, Any]:
             is_int = pa.types.is_integer(id_type)
             meta = pd.DataFrame({plan.id_column: pd.Series(dtype=np.int64 if is_int else object),
                                  plan.text_column: pd.Series(dtype=TEXT_DTYPE)})
-            ddf = dd.from_map(_read_group, groups, id_column=plan.id_column, text_column=plan.text_column,
+            ddf = dd.from_map(write.read_group, groups, id_column=plan.id_column, text_column=plan.text_column,
                               id_type=id_type, meta=meta, enforce_metadata=False, label="read-shards")
             try:
                 write_index = plan.write_index and plan.near and not plan.dry_run
@@ -573,19 +296,19 @@ def execute(plan: Plan) -> dict[str, Any]:
                     ddf, protected=plan.protected, near=plan.near, id_column=plan.id_column,
                     text_column=plan.text_column, params=params, report=report, components=plan.components,
                     features_dir=staging.url + "/_features" if plan.features_on_disk else None,
-                    locate=_locator(groups), details=plan.write_report, against=plan.against,
+                    locate=write.locator(groups), details=plan.write_report, against=plan.against,
                     skip_existing=plan.skip_existing,
                     index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
                     spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards))
                 layout = shared((groups, plan.schema))
-                shown = _page_documents(decided) if plan.write_report else None
+                shown = page_data.page_documents(decided) if plan.write_report else None
                 # the shards, the removed list and the page's texts: one round trip
                 lazy: dict[str, dd.DataFrame] = {}
                 # each task takes the persisted features whole and reads the columns it needs: a
                 # projection of them would be a task of its own a partition
                 if not plan.dry_run:
                     lazy["shards"] = dd.map_partitions(
-                        _write_group, decided.feat, decided.roots, layout, plan.id_column,
+                        write.write_group, decided.feat, decided.roots, layout, plan.id_column,
                         plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
                         shared((plan.text_column, shown.rows_by_partition())) if shown is not None else None,
                         meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
@@ -593,7 +316,7 @@ def execute(plan: Plan) -> dict[str, Any]:
                 if plan.write_report:
                     prot = shared(plan.protected) if plan.protected is not None else None
                     lazy["removed"] = dd.map_partitions(
-                        _write_removed, decided.feat, decided.roots,
+                        write.write_removed, decided.feat, decided.roots,
                         decided.matches, layout, plan.id_column, prot, staging.url, meta={"rows": "int64"},
                         align_dataframes=False)
                 with Stage(report, "report" if plan.dry_run else "write") as stage:
@@ -610,7 +333,7 @@ def execute(plan: Plan) -> dict[str, Any]:
                         pointed = [s.name for s in plan.shards] + [f for f in staging.files()
                                                                   if f.startswith(f"{index.INDEX_DIR}/")]
                         staging.write_json(f"{index.INDEX_DIR}/{index.INDEX_META}", index.index_meta(
-                            params, uid=index.new_uid(), id_type=cluster_type(plan.schema, plan.id_column),
+                            params, uid=index.new_uid(), id_type=write.cluster_type(plan.schema, plan.id_column),
                             partitions=len(plan.groups), bucket_parts=report.bucket_partitions,
                             id_parts=report.id_partitions,
                             documents=report.index_documents, nbytes=report.index_bytes,
@@ -623,8 +346,8 @@ def execute(plan: Plan) -> dict[str, Any]:
                     with Stage(report, "report") as stage:
                         assert shown is not None
                         text_of = ({k: t for pairs in got["shards"]["texts"] for k, t in pairs} if "shards" in got
-                                   else _read_texts(shown.keys, _locator(groups), plan.text_column))
-                        extras = _report_extras(shown, text_of, params, plan.protected)
+                                   else page_data.read_texts(shown.keys, write.locator(groups), plan.text_column))
+                        extras = page_data.report_extras(shown, text_of, params, plan.protected)
                         stage.summary = "the largest clusters and examples for the page"
                 staging.remove("_features")
                 staging.remove("_labels")
@@ -663,9 +386,9 @@ def execute(plan: Plan) -> dict[str, Any]:
             "id_column": plan.id_column, "text_column": plan.text_column,
             "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
             "protected_files": list(prot.files) if prot else [],
-            "versions": _versions(), "seconds": report.seconds,
+            "versions": versions(), "seconds": report.seconds,
             "dry_run": plan.dry_run, "similarity_histogram": report.similarity_histogram,
-            "warnings": _warnings(report, params),
+            "warnings": warnings_of(report, params),
             "report": removed.PAGE if plan.write_report else None,
             "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,
             "near_duplicates_of_indexed": report.near_duplicates_of_indexed,

@@ -1,0 +1,167 @@
+"""What the report page shows of a run: cluster sizes, the largest clusters with a few members and
+their similarities to the root, and an example document per protected record; small summaries
+computed where the data is, gathered on the client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from dedup.config import Params
+from dedup.core.decontam import ProtectedNgrams
+from dedup.job.compute import active_client, compute
+from dedup.partition import frames
+from dedup.report import page as report_page
+from dedup.storage import shards as shards_mod
+
+if TYPE_CHECKING:
+    from dedup.job.pipeline import Decisions
+
+
+TOP_CLUSTERS, MEMBERS_SHOWN = 5, 3
+
+
+def largest(per_root: pd.Series) -> list[tuple[int, Any]]:
+    """The TOP_CLUSTERS largest of (root -> size), ties by the root's text: the same order on every
+    partition and on the client, so the page does not depend on how components are partitioned."""
+    return sorted(zip(per_root.to_numpy().astype(int).tolist(), per_root.index.astype(object)),
+                  key=lambda x: (-x[0], str(x[1])))[:TOP_CLUSTERS]
+
+
+CLUSTERS_META = {"kind": object, "size": "int64", "count": "int64", "root": object, "doc": "int64", "_id": object}
+
+
+def cluster_summary(d: pd.DataFrame) -> pd.DataFrame:
+    """Per partition of (doc, root, _id) by component, in one frame: how many clusters of each size
+    (kind "size": size, count), its largest clusters (kind "top": size, root; the largest overall
+    are among the largest of some partition), and their first members by id (kind "member": root,
+    doc, _id). One task a partition, one count of members per root."""
+    per_root = d.groupby("root").size()
+    vc = per_root.value_counts()
+    best = largest(per_root)
+    tops = [r for _, r in best]
+    m = d[d["root"].isin(tops)]
+    m = m.assign(_k=m["_id"].astype(object)).sort_values(["root", "_k"], kind="stable") if len(m) else m
+    m = m.groupby("root", sort=False).head(MEMBERS_SHOWN + 1)
+    n_sizes, n_top, n_members = len(vc), len(best), len(m)
+    return pd.DataFrame({
+        "kind": ["size"] * n_sizes + ["top"] * n_top + ["member"] * n_members,
+        "size": np.concatenate([vc.index.to_numpy(np.int64), np.asarray([s for s, _ in best], np.int64),
+                                np.zeros(n_members, np.int64)]),
+        "count": np.concatenate([vc.to_numpy(np.int64), np.zeros(n_top + n_members, np.int64)]),
+        "root": pd.Series([None] * n_sizes + tops + m["root"].astype(object).tolist(), dtype=object),
+        "doc": np.concatenate([np.full(n_sizes + n_top, -1, np.int64), m["doc"].to_numpy(np.int64)]),
+        "_id": pd.Series([None] * (n_sizes + n_top) + m["_id"].astype(object).tolist(), dtype=object)})
+
+
+def member_scores(pairs: list[tuple[str, str]], params: Params) -> list[tuple[float, float]]:
+    """(MinHash estimate, exact Jaccard) of each (root text, member text), for the page."""
+    from dedup.core.minhash import estimate, signatures
+    from dedup.core.text import jaccard, shingles
+
+    out = []
+    for a, b in pairs:
+        sigs = signatures([a, b], num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size,
+                          shingle_unit=params.shingle_unit)
+        out.append((float(estimate(sigs[0], sigs[1])), jaccard(shingles(a, params.shingle_size, params.shingle_unit),
+                                                               shingles(b, params.shingle_size, params.shingle_unit))))
+    return out
+
+
+@dataclass
+class PageDocuments:
+    """What the report page shows of the clusters and documents: how many clusters of each size, its
+    largest clusters (size, root) with their first members (doc, root, _id), one contaminated
+    document per protected record (source, doc, _id), and the keys of this run's documents among
+    them, whose texts the write tasks return (`write_group`)."""
+
+    sizes: dict[int, int]
+    tops: list[tuple[int, Any]]
+    members: pd.DataFrame | None
+    examples: pd.DataFrame | None
+    keys: NDArray[np.int64]
+
+    def rows_by_partition(self) -> dict[int, list[int]]:
+        """Partition -> the rows inside it of `keys` (the few documents each write task reads out)."""
+        out: dict[int, list[int]] = {}
+        for p, r in zip(frames.key_partition(self.keys).tolist(), frames.key_row(self.keys).tolist()):
+            out.setdefault(p, []).append(r)
+        return out
+
+
+def page_documents(decided: Decisions) -> PageDocuments:
+    """Which clusters and documents the page shows, from the summaries `analyse` computed."""
+    sizes: dict[int, int] = {}
+    tops: list[tuple[int, Any]] = []
+    members = None
+    wanted: list[int] = []
+    if decided.clusters is not None and len(decided.clusters):
+        g = decided.clusters
+        counts = g[g["kind"] == "size"].groupby("size")["count"].sum()
+        sizes = {int(k): int(v) for k, v in counts.items()}
+        t = g[g["kind"] == "top"]
+        tops = largest(pd.Series(t["size"].to_numpy(), index=t["root"].astype(object)))
+        members = g[g["kind"] == "member"][["doc", "root", "_id"]]
+        members = members[members["root"].astype(object).isin([r for _, r in tops])]
+        wanted += members["doc"].astype(np.int64).tolist()
+    examples = decided.examples
+    if examples is not None:
+        examples = examples.assign(_k=examples["_id"].astype(object)).sort_values(["source", "_k"]).drop_duplicates("source")
+        wanted += examples["doc"].astype(np.int64).tolist()
+    keys = np.unique(np.asarray(wanted, dtype=np.int64))
+    # an earlier output's documents (--against) are not read again
+    return PageDocuments(sizes, tops, members, examples, keys[frames.key_partition(keys) < decided.feat.npartitions])
+
+
+def read_texts(keys: NDArray[np.int64], locate: Callable[[int], tuple[str, int]], text_column: str) -> dict[int, str]:
+    """The texts of a few documents, read file by file (only their row groups' text column): for a
+    run that writes no shards (--dry-run), whose write tasks would otherwise return them."""
+    by_file: dict[str, list[tuple[int, int]]] = {}
+    for key in keys.tolist():
+        path, row = locate(key)
+        by_file.setdefault(path, []).append((row, key))
+    if not by_file:
+        return {}
+    import dask
+
+    texts = compute(*[dask.delayed(shards_mod.read_rows, pure=True)(path, [r for r, _ in rows], text_column)
+                      for path, rows in by_file.items()])
+    return {key: t for rows, got in zip(by_file.values(), texts) for (_, key), t in zip(rows, got)}
+
+
+def report_extras(shown: PageDocuments, text_of: dict[int, Any], params: Params,
+                   protected: ProtectedNgrams | None) -> report_page.Extras:
+    """The small summaries the report page needs: cluster sizes, the largest clusters with a few members
+    (their texts and similarities to the root), and one example document per top protected record."""
+    extras = report_page.Extras(cluster_sizes=shown.sizes)
+    if not len(shown.keys):  # nothing of this run's to show (the largest clusters are earlier outputs')
+        return extras
+    members = shown.members
+    if members is not None:
+        listed: list[tuple[report_page.ClusterView, Any, str]] = []
+        for size, root in shown.tops:
+            rows = members[members["root"] == root]
+            root_rows = rows[rows["_id"].astype(object) == root]
+            root_text = (text_of.get(int(root_rows["doc"].iloc[0]), "") if len(root_rows) else "") or ""
+            view = report_page.ClusterView(root, int(size), root_text)
+            others = rows[rows["_id"].astype(object) != root].head(MEMBERS_SHOWN)
+            listed += [(view, ident, text_of.get(int(doc), "") or "")
+                       for doc, ident in zip(others["doc"].astype(np.int64), others["_id"])]
+            extras.clusters.append(view)
+        # scored where the kernels are loaded already (a client would load them for a dozen pairs)
+        client = active_client()
+        pairs = [(view.root_text, t) for view, _, t in listed]
+        scores = (client.submit(member_scores, pairs, params, pure=False).result() if client is not None and pairs
+                  else member_scores(pairs, params))
+        for (view, ident, t), (est, jac) in zip(listed, scores):
+            view.members.append({"id": ident, "text": t, "estimate": est, "jaccard": jac})
+    if shown.examples is not None and protected is not None:
+        for rec, doc in zip(shown.examples["source"].astype(int), shown.examples["doc"].astype(np.int64)):
+            key = (protected.files[protected.record_file[rec]], protected.record_labels[rec])
+            extras.record_examples[key] = text_of.get(int(doc), "") or ""
+    return extras
