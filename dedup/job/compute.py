@@ -5,6 +5,7 @@ wait for a failed run's tasks to end."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import sys
 from typing import Any
@@ -12,8 +13,9 @@ from typing import Any
 log = logging.getLogger("dedup")
 
 
-STAGE = {"name": "", "rows": ""}
-"""The stage now running and what it works on, set by `dedup.job.plan.Stage`: the progress bar's label."""
+PROGRESS_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("dedup_progress_label", default="")
+"""The progress bar's label: the stage running and what it works on, set for the stage's duration by
+`dedup.job.plan.Stage` (a context variable: scoped to the stage, and to the thread running it)."""
 
 
 def show_progress(futures: Any) -> None:
@@ -22,7 +24,7 @@ def show_progress(futures: Any) -> None:
         return
     from distributed import progress
 
-    label = " ".join(x for x in (STAGE["name"], STAGE["rows"]) if x)
+    label = PROGRESS_LABEL.get()
     with contextlib.redirect_stdout(sys.stderr):
         if label:
             print(f"{label}:", file=sys.stderr)
@@ -59,7 +61,7 @@ def compute(*collections: Any, retries: int = 2) -> Any:
             return dask.compute(*collections)
         from dask.diagnostics import ProgressBar
 
-        label = " ".join(x for x in (STAGE["name"], STAGE["rows"]) if x)
+        label = PROGRESS_LABEL.get()
         if label:
             print(f"{label}:", file=sys.stderr)
         with ProgressBar(out=sys.stderr):

@@ -69,14 +69,17 @@ class Stage:
         self.summary = ""
 
     def __enter__(self) -> Self:
-        from dedup.job.compute import STAGE
+        from dedup.job.compute import PROGRESS_LABEL
 
         self.start = time.perf_counter()
-        STAGE["name"] = self.name
-        STAGE["rows"] = f"({self.report.input_rows:,} rows)" if self.report.input_rows else ""
+        rows = f" ({self.report.input_rows:,} rows)" if self.report.input_rows else ""
+        self._label = PROGRESS_LABEL.set(self.name + rows)
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
+        from dedup.job.compute import PROGRESS_LABEL
+
+        PROGRESS_LABEL.reset(self._label)
         secs = time.perf_counter() - self.start
         self.report.seconds[self.name] = round(self.report.seconds.get(self.name, 0.0) + secs, 3)
         if exc_type is None:
