@@ -81,7 +81,7 @@ def test_directory_of_evals_and_counts_per_file_and_record(client, tmp_path: Pat
     assert all(e["ngram"] and len(e["ngram"].split()) == 13 for e in m["contaminated_by_record"])
     assert m["contaminated_records"] == 8 * 14 + 1
     # one record removes 14 of 44 documents (>1%): named, with an n-gram
-    assert any("protected record file of" in r.message and "all.txt" in r.message for r in caplog.records)
+    assert any("Protected record file of" in r.message and "all.txt" in r.message for r in caplog.records)
 
 
 def test_counts_do_not_depend_on_file_order(client, tmp_path: Path) -> None:

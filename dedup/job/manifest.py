@@ -3,8 +3,9 @@ not miss."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from dedup.config import Params
-from dedup.job import stages
 from dedup.job.plan import Report
 from dedup.report.shown import shorten
 
@@ -21,15 +22,30 @@ def versions() -> dict[str, str]:
     return out
 
 
+CONTAMINATION_WARN_SHARE = 0.01
+"""A warning names any protected record that alone removes more than this share of the corpus."""
+
+
+def record_warning(entry: dict[str, Any], input_rows: int) -> str | None:
+    """The warning for one protected record (file, record, documents, ngram), if it alone removes more
+    than `CONTAMINATION_WARN_SHARE` of the corpus: logged as the stage ends, kept in the manifest."""
+    if not input_rows or entry["documents"] <= CONTAMINATION_WARN_SHARE * input_rows:
+        return None
+    return (f"Protected record {shorten(entry['record'])} of {entry['file']} alone removes {entry['documents']:,} "
+            f"documents ({100 * entry['documents'] / input_rows:.1f}% of the corpus), e.g. by the n-gram "
+            f"'{shorten(entry['ngram'])}': check that it is eval text and not boilerplate.")
+
+
+def bucket_warning(buckets: int, max_bucket: int, largest: int) -> str | None:
+    """The warning for LSH buckets joined by star edges, if any."""
+    if not buckets:
+        return None
+    return (f"{buckets} LSH bucket(s) had more than {max_bucket} distinct texts (largest {largest}) and were joined "
+            "by star edges, not all pairs.")
+
+
 def warnings_of(report: Report, params: Params) -> list[str]:
     """What a reader of the report must not miss."""
-    out = []
-    for r in report.contaminated_by_record:
-        if report.input_rows and r["documents"] > stages.CONTAMINATION_WARN_SHARE * report.input_rows:
-            out.append(f"Protected record {shorten(r['record'])} of {r['file']} alone removes {r['documents']:,} documents "
-                       f"({100 * r['documents'] / report.input_rows:.1f}% of the corpus), e.g. by the n-gram "
-                       f"'{shorten(r['ngram'])}': check that it is eval text and not boilerplate.")
-    if report.approximated_buckets:
-        out.append(f"{report.approximated_buckets} LSH bucket(s) had more than {params.max_bucket} distinct texts "
-                   f"(largest {report.largest_approximated_bucket}) and were joined by star edges, not all pairs.")
-    return out
+    found = [record_warning(r, report.input_rows) for r in report.contaminated_by_record]
+    found.append(bucket_warning(report.approximated_buckets, params.max_bucket, report.largest_approximated_bucket))
+    return [w for w in found if w]

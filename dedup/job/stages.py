@@ -25,6 +25,7 @@ from dedup.core.text import encode_batch
 from dedup.core.unionfind import components
 from dedup.job.compute import active_client, compute, shared
 from dedup.job.graphs import exchanged, gathered, persist, shuffled
+from dedup.job.manifest import bucket_warning, record_warning
 from dedup.partition import ccstar, frames
 from dedup.report.shown import shown_repr
 from dedup.storage import index
@@ -283,8 +284,6 @@ def check_unique_ids(repeated: pd.DataFrame, id_column: str,
 
 # -- contamination ---------------------------------------------------------------------------------
 
-CONTAMINATION_WARN_SHARE = 0.01
-"""A warning names any protected record that alone removes more than this share of the corpus."""
 MAX_RECORDS_IN_MANIFEST = 1000
 
 
@@ -318,10 +317,8 @@ def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgr
                  "documents": int(docs), "ngram": protected.ngram_text(int(gram))}
         if len(entries) < MAX_RECORDS_IN_MANIFEST:
             entries.append(entry)
-        if input_rows and docs > CONTAMINATION_WARN_SHARE * input_rows:
-            log.warning("protected record %s of %s alone removes %d documents (%.1f%% of the corpus), e.g. by the "
-                        "%d-gram %r; check that it is eval text and not boilerplate", entry["record"], entry["file"],
-                        docs, 100 * docs / input_rows, protected.ngram_size, entry["ngram"])
+        if (warning := record_warning(entry, input_rows)) is not None:
+            log.warning("%s", warning)
     return {"by_file": per_file, "by_record": entries, "records": len(recs), "examples": first[0] if first else None}
 
 
@@ -385,9 +382,9 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
               "index_band_bytes": int(got["writes"]["bytes"].sum()) if "writes" in got else 0,
               "indexed_matched": int(got["matched"]["n"].sum()) if "matched" in got else 0, "bucket_partitions": k,
               "edges": int(c["edges"].sum())}
-    if counts["approximated_buckets"]:
-        log.warning("%d bucket(s) had more than %d distinct texts (largest %d): joined by star edges, not all pairs",
-                    counts["approximated_buckets"], params.max_bucket, counts["largest_approximated_bucket"])
+    warning = bucket_warning(counts["approximated_buckets"], params.max_bucket, counts["largest_approximated_bucket"])
+    if warning is not None:
+        log.warning("%s", warning)
     return edges, idx_feat, counts
 
 
