@@ -164,14 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _params(args: argparse.Namespace) -> Params:
-    fields = {}
-    for name in ("num_perm", "num_bands", "rows_per_band", "threshold", "shingle_size", "shingle_unit", "seed",
-                 "confirm", "ngram_size", "max_bucket"):
-        if hasattr(args, name):
-            fields[name] = getattr(args, name)
-    if "shingle_unit" in fields and fields.get("shingle_size") is None:
-        fields["shingle_size"] = DEFAULT_SHINGLE_SIZE[fields["shingle_unit"]]
-    return Params(**fields)
+    names = ("num_perm", "num_bands", "rows_per_band", "threshold", "shingle_size", "shingle_unit", "seed", "confirm",
+             "ngram_size", "max_bucket")
+    return Params.of(**{name: getattr(args, name) for name in names if hasattr(args, name)})
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -322,8 +317,8 @@ def _tune(args: argparse.Namespace) -> None:
     from dedup.config import check_banding
     from dedup.core.lsh import optimal_params, probability
 
-    size = DEFAULT_SHINGLE_SIZE[args.shingle_unit] if args.shingle_size is None else args.shingle_size
-    Params(threshold=args.threshold, num_perm=args.num_perm, shingle_unit=args.shingle_unit, shingle_size=size)
+    size = Params.of(threshold=args.threshold, num_perm=args.num_perm, shingle_unit=args.shingle_unit,
+                     shingle_size=args.shingle_size).shingle_size  # checked there
     b, r = optimal_params(args.threshold, args.num_perm, args.fp_weight, args.fn_weight)
     choices = [("recommended", b, r)]
     if (args.num_bands is None) != (args.rows_per_band is None):

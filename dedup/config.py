@@ -86,6 +86,15 @@ class Params:
         if self.confirm not in CONFIRM_MODES:
             raise ValueError(f"The 'confirm' parameter must be one of {CONFIRM_MODES}. Got {self.confirm!r} instead.")
 
+    @classmethod
+    def of(cls, **given: Any) -> Params:
+        """Params from the values given, None meaning the default; the shingle size's default is the
+        shingle unit's (`DEFAULT_SHINGLE_SIZE`)."""
+        fields = {k: v for k, v in given.items() if v is not None}
+        if "shingle_size" not in fields and "shingle_unit" in fields:
+            fields["shingle_size"] = DEFAULT_SHINGLE_SIZE.get(fields["shingle_unit"], DEFAULT_SHINGLE_SIZE["word"])
+        return cls(**fields)
+
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -70,16 +70,16 @@ def cluster_roots(ids: Sequence[Any], texts: Sequence[str | None], params: Param
     return out
 
 
-def clusters(docs: Mapping[str, str], *, num_perm: int = 128, num_bands: int = 16, rows_per_band: int = 8,
-             threshold: float = 0.8, shingle_size: int = 5, shingle_unit: str = "word", seed: int = 0,
-             confirm: str = "estimate",
+def clusters(docs: Mapping[str, str], *, num_perm: int | None = None, num_bands: int | None = None,
+             rows_per_band: int | None = None, threshold: float | None = None, shingle_size: int | None = None,
+             shingle_unit: str | None = None, seed: int | None = None, confirm: str | None = None,
              params: Params | None = None) -> list[set[str]]:
     """Groups of near-duplicate ids (two or more members each), ordered by their smallest id.
 
-    The parameters are those of `Params`; pass `params=` to use a ready-made one instead.
+    The parameters are those of `Params` (None: its default); pass `params=` to use a ready-made one instead.
     """
-    p = params or Params(num_perm=num_perm, num_bands=num_bands, rows_per_band=rows_per_band, threshold=threshold,
-                         shingle_size=shingle_size, shingle_unit=shingle_unit, seed=seed, confirm=confirm)
+    p = params or Params.of(num_perm=num_perm, num_bands=num_bands, rows_per_band=rows_per_band, threshold=threshold,
+                            shingle_size=shingle_size, shingle_unit=shingle_unit, seed=seed, confirm=confirm)
     ids = list(docs)
     roots = cluster_roots(ids, [docs[i] for i in ids], p)
     groups: dict[str, set[str]] = {}
@@ -88,17 +88,17 @@ def clusters(docs: Mapping[str, str], *, num_perm: int = 128, num_bands: int = 1
     return [groups[r] for r in sorted(groups) if len(groups[r]) > 1]
 
 
-def near_dedup(docs: Iterable[Doc], *, num_perm: int = 128, num_bands: int = 16, rows_per_band: int = 8,
-               threshold: float = 0.8, shingle_size: int = 5, shingle_unit: str = "word", seed: int = 0,
-             confirm: str = "estimate",
+def near_dedup(docs: Iterable[Doc], *, num_perm: int | None = None, num_bands: int | None = None,
+               rows_per_band: int | None = None, threshold: float | None = None, shingle_size: int | None = None,
+               shingle_unit: str | None = None, seed: int | None = None, confirm: str | None = None,
                drop: bool = True, params: Params | None = None) -> Iterator[Doc]:
     """Tag each document's meta["minhash_cluster"] with its cluster root; with drop, keep roots only.
 
     Order and meta are kept. Clustering needs every document, so the input is read in full
     before the first document is yielded. Repeated ids raise.
     """
-    p = params or Params(num_perm=num_perm, num_bands=num_bands, rows_per_band=rows_per_band, threshold=threshold,
-                         shingle_size=shingle_size, shingle_unit=shingle_unit, seed=seed, confirm=confirm)
+    p = params or Params.of(num_perm=num_perm, num_bands=num_bands, rows_per_band=rows_per_band, threshold=threshold,
+                            shingle_size=shingle_size, shingle_unit=shingle_unit, seed=seed, confirm=confirm)
     items = list(docs)
     roots = cluster_roots([d.id for d in items], [d.text for d in items], p)
     for doc, root in zip(items, roots):
