@@ -42,7 +42,7 @@ from numpy.typing import NDArray
 from dedup.config import Params
 from dedup.core.text import TEXT_DTYPE
 from dedup.storage import stamps
-from dedup.storage.safety import MANIFEST, UsageError, is_url, read_manifest
+from dedup.storage.safety import MANIFEST, UsageError, is_url, read_json, read_manifest
 
 if TYPE_CHECKING:
     from dedup.partition.frames import Placement
@@ -131,20 +131,6 @@ class IndexPart:
                 for j in range(first, last + 1)]
 
 
-def _read_json(fs: Any, path: str) -> dict[str, Any] | None:
-    """The JSON object at `path`; None when there is no file; `stamps.Damaged` when it is not JSON."""
-    try:
-        with fs.open(path, "r") as fh:
-            value = json.load(fh)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise stamps.Damaged(f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise stamps.Damaged(f"{path} is not a JSON object")
-    return value
-
-
 def _part(url: str, meta: dict[str, Any]) -> IndexPart:
     return IndexPart(url=url, uid=str(meta["uid"]), partitions=int(meta["partitions"]),
                      bucket_parts=int(meta["bucket_partitions"]), id_parts=int(meta["id_partitions"]),
@@ -194,8 +180,8 @@ def fsspec_root(url: str) -> tuple[Any, str]:
 def _read_meta(url: str, what: str) -> dict[str, Any] | None:
     fs, root = fsspec_root(url)
     try:
-        return _read_json(fs, f"{root}/{INDEX_META}")
-    except stamps.Damaged as exc:
+        return read_json(fs, f"{root}/{INDEX_META}")
+    except ValueError as exc:
         raise UsageError(f"{what}: {exc}. {DAMAGED}") from None
 
 

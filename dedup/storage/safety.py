@@ -67,15 +67,28 @@ def input_places(input: str, files: Sequence[str]) -> list[str]:
     return places + [f for f in files if not is_url(f)]
 
 
-def read_manifest(fs: fsspec.AbstractFileSystem, root: str) -> dict | None:
-    """OUTPUT's manifest if it is one dedup wrote, else None."""
-    path = f"{root}/{MANIFEST}"
+def read_json(fs: fsspec.AbstractFileSystem, path: str) -> dict | None:
+    """The JSON object in a file dedup wrote: None when there is no file; ValueError naming the file
+    when it is not a JSON object (truncated, edited)."""
     try:
         with fs.open(path, "r") as fh:
-            m = json.load(fh)
-    except (OSError, ValueError):
+            value = json.load(fh)
+    except FileNotFoundError:
         return None
-    return m if isinstance(m, dict) and "fingerprint" in m and "output_rows" in m else None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return value
+
+
+def read_manifest(fs: fsspec.AbstractFileSystem, root: str) -> dict | None:
+    """OUTPUT's manifest if it is one dedup wrote, else None."""
+    try:
+        m = read_json(fs, f"{root}/{MANIFEST}")
+    except ValueError:
+        return None
+    return m if m is not None and "fingerprint" in m and "output_rows" in m else None
 
 
 def check_output(output: str, *, inputs: Sequence[str], protected: Sequence[str], overwrite: bool,
