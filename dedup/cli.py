@@ -28,7 +28,7 @@ from dedup.config import (
 from dedup.job.watchdog import DEFAULT_LIMIT as STALL_TIMEOUT
 from dedup.job.watchdog import FAILED as STALLS
 from dedup.job.watchdog import WARN_AFTER
-from dedup.runtime import start_forkserver, stop_forkserver
+from dedup.runtime import check_options, start_forkserver, stop_forkserver
 from dedup.storage.safety import UsageError
 
 log = logging.getLogger("dedup")
@@ -188,32 +188,11 @@ def _quiet_libraries(verbose: bool, cluster: bool) -> None:
 
 def _check_runtime(args: argparse.Namespace) -> None:
     """Cluster options that would hang or fail late, refused before anything starts."""
-    if args.scheduler and args.scheduler_file:
-        raise UsageError("Give either --scheduler or --scheduler-file, not both.")
-    if args.scheduler_file and not Path(args.scheduler_file).is_file():
-        raise UsageError(f"--scheduler-file {args.scheduler_file!r} does not exist; start the scheduler with "
-                         "`dask scheduler --scheduler-file FILE` first, or give --scheduler ADDRESS.")
-    if args.scheduler_file:
-        try:
-            address = json.loads(Path(args.scheduler_file).read_text()).get("address")
-        except (OSError, ValueError, AttributeError) as exc:
-            raise UsageError(f"--scheduler-file {args.scheduler_file!r} is not a scheduler file ({exc}); give the file "
-                             "`dask scheduler --scheduler-file FILE` wrote.") from None
-        if not isinstance(address, str) or "://" not in address:
-            raise UsageError(f"--scheduler-file {args.scheduler_file!r} names no scheduler address; give the file "
-                             "`dask scheduler --scheduler-file FILE` wrote.")
+    check_options(args.scheduler, args.scheduler_file, args.n_workers, args.threads)
     if args.partition_rows is not None and args.partition_rows < 1:
         raise UsageError(f"--partition-rows must be an integer >= 1. Got {args.partition_rows} instead.")
     if args.stall_timeout <= 0:
         raise UsageError(f"--stall-timeout must be a number of seconds > 0. Got {args.stall_timeout} instead.")
-    if args.n_workers is not None and args.n_workers < 1:
-        raise UsageError(f"--n-workers must be an integer >= 1. Got {args.n_workers} instead.")
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UsageError(f"--threads must be an integer >= 1. Got {args.threads} instead.")
-        if args.scheduler or args.scheduler_file or args.n_workers is not None:
-            raise UsageError("--threads runs without a cluster: give it without --scheduler, --scheduler-file "
-                             "and --n-workers.")
 
 
 def _local_cluster(args: argparse.Namespace) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -13,6 +14,35 @@ from typing import Any
 log = logging.getLogger("dedup")
 
 
+def check_options(scheduler: str | None, scheduler_file: str | None, n_workers: int | None,
+                  threads: int | None) -> None:
+    """Raise `UsageError` for cluster options that would hang or fail late: checked by the CLI before
+    anything starts, and by `dask_client`."""
+    from dedup.storage.safety import UsageError
+
+    if scheduler and scheduler_file:
+        raise UsageError("Give either --scheduler or --scheduler-file, not both.")
+    if scheduler_file:
+        try:
+            with open(scheduler_file, encoding="utf-8") as fh:
+                address = json.load(fh).get("address")
+        except FileNotFoundError:
+            raise UsageError(f"--scheduler-file {scheduler_file!r} does not exist; start the scheduler with "
+                             "`dask scheduler --scheduler-file FILE` first, or give --scheduler ADDRESS.") from None
+        except (OSError, ValueError, AttributeError) as exc:
+            raise UsageError(f"--scheduler-file {scheduler_file!r} is not a scheduler file ({exc}); give the file "
+                             "`dask scheduler --scheduler-file FILE` wrote.") from None
+        if not isinstance(address, str) or "://" not in address:
+            raise UsageError(f"--scheduler-file {scheduler_file!r} names no scheduler address; give the file "
+                             "`dask scheduler --scheduler-file FILE` wrote.")
+    for name, value in (("--n-workers", n_workers), ("--threads", threads)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UsageError(f"{name} must be an integer >= 1. Got {value!r} instead.")
+    if threads is not None and (scheduler or scheduler_file or n_workers is not None):
+        raise UsageError("--threads runs without a cluster: give it without --scheduler, --scheduler-file "
+                         "and --n-workers.")
+
+
 @contextlib.contextmanager
 def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
                 n_workers: int | None = None, threads: int | None = None,
@@ -20,18 +50,14 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
     """A distributed Client for the job; a local process cluster when neither address nor file is given;
     with `threads`, no cluster and no client (None): `in_process`. With `stall_timeout`, a
     `dedup.job.watchdog.Watchdog` says when the cluster makes no progress and ends the run after that long."""
+    check_options(scheduler, scheduler_file, n_workers, threads)
     if threads is not None:
-        if scheduler or scheduler_file or n_workers:
-            raise ValueError("Give --threads alone: it runs without a cluster (no --scheduler, --scheduler-file or "
-                             "--n-workers).")
         with in_process(threads):
             yield None
         return
     import dask
     from distributed import Client, LocalCluster
 
-    if scheduler and scheduler_file:
-        raise ValueError("Give either --scheduler or --scheduler-file, not both.")
     if not scheduler and not scheduler_file and os.environ.get("DASK_SCHEDULER_ADDRESS"):
         scheduler = os.environ["DASK_SCHEDULER_ADDRESS"]  # set by the dask-kubernetes operator in a DaskJob
     if scheduler or scheduler_file:
@@ -251,16 +277,15 @@ def stop_workers(cluster: Any) -> None:
 
 @contextlib.contextmanager
 def in_process(threads: int) -> Iterator[None]:
-    """Run the job in this process on `threads` threads (Dask's threaded scheduler): no cluster to
-    start, no task results pickled or sent between processes, shuffles in memory. The compiled
+    """Run the job in this process on `threads` threads (Dask's threaded scheduler; `check_options`
+    checks the number): no cluster to start, no task results pickled or sent between processes,
+    shuffles in memory. The compiled
     kernels release the GIL, so their threads run in parallel. Every result the job keeps (the
     features, about 0.6 KB a document) lives in this process, and nothing spills to disk: for
     corpora that fit one machine's memory. The shards, index and removed list it writes are those a
     cluster writes, byte for byte."""
     import dask
 
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"--threads must be an integer >= 1. Got {threads!r} instead.")
     arrow_memory_pool()
     # the kernels load (about 0.9 s) while the job plans, as a cluster's workers do when they start
     loading = threading.Thread(target=_load_kernels_quietly, name="dedup-kernels", daemon=True)
