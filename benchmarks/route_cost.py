@@ -21,7 +21,7 @@ import pandas as pd
 
 
 def _part(i: int, rows: int) -> pd.DataFrame:
-    from dedup.partition.frames import sig_payload
+    from dedup.partition.codec import sig_payload
 
     rng = np.random.default_rng(i)
     return pd.DataFrame({"doc": rng.integers(0, 16 << 40, rows, dtype=np.int64),

@@ -9,7 +9,7 @@ import pandas as pd
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dedup.partition import frames
+from dedup.partition import frames, keyspace
 from dedup.partition.frames import KIND_APPROX, KIND_CANDIDATE, KIND_SAME_TEXT, _pairs_within
 
 
@@ -56,9 +56,9 @@ def test_bucket_edges_are_the_edges_of_each_bucket_alone(rows: list[tuple[int, i
 
 
 def test_doc_keys_are_partition_and_row() -> None:
-    keys = frames.doc_keys(3, 4)
-    assert frames.key_partition(keys).tolist() == [3] * 4 and frames.key_row(keys).tolist() == [0, 1, 2, 3]
-    assert len(set(frames.doc_keys(0, 5)) | set(keys)) == 9
+    keys = keyspace.doc_keys(3, 4)
+    assert keyspace.key_partition(keys).tolist() == [3] * 4 and keyspace.key_row(keys).tolist() == [0, 1, 2, 3]
+    assert len(set(keyspace.doc_keys(0, 5)) | set(keys)) == 9
 
 
 def test_texts_of_rejects_values_that_are_not_text() -> None:
@@ -78,12 +78,12 @@ def test_large_bucket_star_starts_at_the_smallest_text_hash() -> None:
 
 
 def test_label_partition_spreads_one_partitions_components() -> None:
-    labels = frames.doc_keys(3, 10_000)  # the labels of components found in one input partition
-    dest = frames.label_partition(labels, 7)
+    labels = keyspace.doc_keys(3, 10_000)  # the labels of components found in one input partition
+    dest = keyspace.label_partition(labels, 7)
     assert dest.min() >= 0 and dest.max() < 7
     counts = np.bincount(dest, minlength=7)
     assert counts.min() > 10_000 / 7 * 0.8  # about even, not all in one
-    assert (frames.label_partition(labels, 1) == 0).all()
+    assert (keyspace.label_partition(labels, 1) == 0).all()
 
 
 @given(st.data())

@@ -285,7 +285,7 @@ def test_a_range_reads_the_index_files_that_hold_its_keys(index_parts: int, part
 def test_gathered_index_partitions_hold_each_indexed_key_once(sizes: list[int], first: int, data) -> None:
     """A run gathers the index partitions a few at a time: each is gathered by exactly one of the
     run's partitions after its own, the one its keys are placed in; the run's own keys stay put."""
-    from dedup.partition.frames import ROW_BITS
+    from dedup.partition.keyspace import ROW_BITS
     from dedup.storage.index import IndexPart, Layout
 
     parts = [IndexPart(url=f"idx{i}", uid=str(i), partitions=n, bucket_parts=1, id_parts=1, documents=0,

@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
 from dedup.job.compute import active_client, compute
-from dedup.partition import frames
+from dedup.partition import keyspace
 from dedup.report import page as report_page
 from dedup.storage import shards as shards_mod
 
@@ -89,7 +89,7 @@ class PageDocuments:
     def rows_by_partition(self) -> dict[int, list[int]]:
         """Partition -> the rows inside it of `keys` (the few documents each write task reads out)."""
         out: dict[int, list[int]] = {}
-        for p, r in zip(frames.key_partition(self.keys).tolist(), frames.key_row(self.keys).tolist()):
+        for p, r in zip(keyspace.key_partition(self.keys).tolist(), keyspace.key_row(self.keys).tolist()):
             out.setdefault(p, []).append(r)
         return out
 
@@ -115,7 +115,7 @@ def page_documents(decided: Decisions) -> PageDocuments:
         wanted += examples["doc"].astype(np.int64).tolist()
     keys = np.unique(np.asarray(wanted, dtype=np.int64))
     # an earlier output's documents (--against) are not read again
-    return PageDocuments(sizes, tops, members, examples, keys[frames.key_partition(keys) < decided.feat.npartitions])
+    return PageDocuments(sizes, tops, members, examples, keys[keyspace.key_partition(keys) < decided.feat.npartitions])
 
 
 def read_texts(keys: NDArray[np.int64], locate: Callable[[int], tuple[str, int]], text_column: str) -> dict[int, str]:

@@ -32,7 +32,7 @@ from dedup.job.compute import compute, settle, shared
 from dedup.job.graphs import persist
 from dedup.job.manifest import versions, warnings_of
 from dedup.job.plan import Plan, Report, Stage, prepare
-from dedup.partition import frames
+from dedup.partition import frames, keyspace
 from dedup.report import page as report_page
 from dedup.report import removed
 from dedup.report.shown import shown_repr
@@ -128,8 +128,8 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     if not near:
         return Decisions(feat, None, None, None, examples)
     layout = index.Layout.gathering(against, feat.npartitions) if against else None
-    first_indexed = layout.first_key if layout else frames.NO_INDEX
-    placement = layout.placement if layout else frames.OWN
+    first_indexed = layout.first_key if layout else keyspace.NO_INDEX
+    placement = layout.placement if layout else keyspace.OWN
     with Stage(report, "buckets") as stage:
         edges, idx_feat, c = stages.buckets(feat, params, npartitions, index_out=index_out, layout=layout)
         report.approximated_buckets = c["approximated_buckets"]

@@ -26,7 +26,7 @@ from dedup.core.unionfind import components
 from dedup.job.compute import active_client, compute, shared
 from dedup.job.graphs import exchanged, gathered, persist, shuffled
 from dedup.job.manifest import bucket_warning, record_warning
-from dedup.partition import ccstar, frames
+from dedup.partition import ccstar, frames, keyspace
 from dedup.report.shown import shown_repr
 from dedup.storage import index
 
@@ -90,7 +90,7 @@ def _with_part(frame: pd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray
     return frame.assign(**{PART: part_of(frame)})
 
 
-def _placed_part(frame: pd.DataFrame, key_column: str, placement: frames.Placement) -> np.ndarray:
+def _placed_part(frame: pd.DataFrame, key_column: str, placement: keyspace.Placement) -> np.ndarray:
     return placement(frame[key_column].to_numpy(np.int64))
 
 
@@ -99,7 +99,7 @@ def _range_part(frame: pd.DataFrame, column: str, npartitions: int) -> np.ndarra
 
 
 def _label_part(frame: pd.DataFrame, npartitions: int) -> np.ndarray:
-    return frames.label_partition(frame["label"].to_numpy(np.int64), npartitions)
+    return keyspace.label_partition(frame["label"].to_numpy(np.int64), npartitions)
 
 
 def _rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -143,7 +143,7 @@ def _split_parts(parts: Sequence[pd.DataFrame], part_of: Callable[[pd.DataFrame]
 
 
 def route(frame: dd.DataFrame, key_column: str, npartitions: int,
-          placement: frames.Placement = frames.OWN, rows: int | None = None, row_bytes: int = 64) -> dd.DataFrame:
+          placement: keyspace.Placement = keyspace.OWN, rows: int | None = None, row_bytes: int = 64) -> dd.DataFrame:
     """`frame`'s rows moved to the partition of the document key in `key_column`: partition i of the
     result holds exactly the rows whose key belongs to features partition i, by `placement` (a
     shuffle, or one task for a small frame: `rows`, an upper bound on its rows, and `row_bytes`;
@@ -351,7 +351,7 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     if layout is not None and layout.parts:  # at least as many ranges as the indexes have: each reads a slice
         k = max([k] + [p.bucket_parts for p in layout.parts])
     ranged = route_ranges(long, k)
-    combined, idx_feat, first_indexed = ranged, None, frames.NO_INDEX
+    combined, idx_feat, first_indexed = ranged, None, keyspace.NO_INDEX
     if layout is not None and layout.parts:
         first_indexed = layout.first_key
         exact = params.confirm == "exact"
@@ -402,7 +402,7 @@ SIMILARITY_BINS = 50
 
 
 def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str, params: Params,
-            n_new: int | None = None, placement: frames.Placement = frames.OWN, edge_rows: int | None = None
+            n_new: int | None = None, placement: keyspace.Placement = keyspace.OWN, edge_rows: int | None = None
             ) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, Any]]:
     """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
     document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
@@ -452,7 +452,7 @@ def _tally(d: pd.DataFrame, column: str) -> pd.DataFrame:
 # -- components ------------------------------------------------------------------------------------
 
 def components_on_client(graph: dd.DataFrame, npartitions: int, spill_dir: str | None = None,
-                         placement: frames.Placement = frames.OWN) -> dd.DataFrame:
+                         placement: keyspace.Placement = keyspace.OWN) -> dd.DataFrame:
     """(doc, label) by the vectorised min-label union-find on the client, fed partition by
     partition, and already placed: partition i of the result holds the labels of the documents of
     features partition i (by `placement`), so the roots stage needs no shuffle to reach them. The
@@ -562,8 +562,8 @@ def _normalised(d: pd.DataFrame) -> pd.DataFrame:
 
 # -- roots -----------------------------------------------------------------------------------------
 
-def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = frames.NO_INDEX,
-          placement: frames.Placement = frames.OWN, placed: bool = False, edge_rows: int | None = None,
+def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = keyspace.NO_INDEX,
+          placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
           summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None,
           scored: dd.DataFrame | None = None, exact: bool = False) -> tuple[dd.DataFrame, dict[str, Any]]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
@@ -603,7 +603,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     counts: dict[str, Any] = {k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")}
     counts["largest"] = int(c["largest"].max())
     counts["summary"] = summarised[0] if summarised else None
-    own = by_component if first_indexed >= frames.NO_INDEX else \
+    own = by_component if first_indexed >= keyspace.NO_INDEX else \
         by_component.map_partitions(frames.own_documents, first_indexed, meta=root_meta)
     row_bytes = 2 * ID_ROW_BYTES + (ID_ROW_BYTES if scored is not None else 0)
     return route(own, "doc", n_new, rows=counts["members"], row_bytes=row_bytes), counts

@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 
 from dedup.core.decontam import ProtectedNgrams
-from dedup.partition import frames
+from dedup.partition import frames, keyspace
 from dedup.report import removed
 from dedup.storage import index
 from dedup.storage import shards as shards_mod
@@ -85,7 +85,7 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[li
 def locator(groups: list[list[shards_mod.Shard]]) -> Callable[[int], tuple[str, int]]:
     """Maps a document key (partition, row) to its input file and the row inside it."""
     def locate(key: int) -> tuple[str, int]:
-        part, row = key >> frames.ROW_BITS, key & ((1 << frames.ROW_BITS) - 1)
+        part, row = key >> keyspace.ROW_BITS, key & ((1 << keyspace.ROW_BITS) - 1)
         for s in groups[part]:
             if row < s.rows:
                 return s.path, row

@@ -8,7 +8,6 @@ columns: those break p2p shuffles and Parquet round trips in current pandas/pyar
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,8 @@ from dedup.core.decontam import ProtectedNgrams
 from dedup.core.lsh import NO_KEY, band_keys
 from dedup.core.minhash import SIGNATURE_CHUNK, SIGNATURE_DTYPE, batch_signatures
 from dedup.core.text import encode_batch, encode_column_chunks, texts_of
+from dedup.partition.codec import payload_sigs, sig_payload
+from dedup.partition.keyspace import NO_INDEX, doc_keys, key_row
 
 KIND_CANDIDATE = 0
 """An edge to confirm: the two documents share a bucket."""
@@ -61,57 +62,6 @@ def signatures_of(feat: pd.DataFrame, num_perm: int, rows: NDArray[np.int64] | N
     """The signatures of a features frame (of `rows` only, when given), uint32 [n, num_perm]."""
     column = feat[SIG] if rows is None else feat[SIG].iloc[rows]
     return payload_sigs(column, num_perm)
-
-
-ROW_BITS = 32
-NO_INDEX = 1 << 62
-"""`first_indexed` (the first key of an earlier output's documents) when a run has no --against."""
-"""A document's key is (partition index << ROW_BITS) | row: unique by construction, never a hash of its id."""
-
-
-def doc_keys(partition: int, n: int) -> NDArray[np.int64]:
-    """The keys of the n rows of one partition."""
-    if n >= 1 << ROW_BITS or partition >= 1 << (63 - ROW_BITS):
-        raise ValueError(f"Partition {partition} has {n} rows; at most {1 << ROW_BITS} rows a partition and "
-                         f"{1 << (63 - ROW_BITS)} partitions are supported.")
-    return (np.int64(partition) << ROW_BITS) | np.arange(n, dtype=np.int64)
-
-
-def key_partition(keys: NDArray[np.int64]) -> NDArray[np.int64]:
-    """The partition a document key belongs to."""
-    return keys >> ROW_BITS
-
-
-def label_partition(labels: NDArray[np.int64], npartitions: int) -> NDArray[np.int64]:
-    """Which of `npartitions` gathers a component (by its label, a document key): a multiplicative
-    hash, so that the components of one input partition spread over all of them."""
-    mixed = labels.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    return ((mixed >> np.uint64(32)) % np.uint64(npartitions)).astype(np.int64)
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Which partition of a run holds a document key: its own (`key_partition`), except that the
-    earlier indexes' partitions, from `first` on, are gathered `group` at a time (each holds only
-    the indexed documents that share a bucket with this run's, so a few partitions hold them all)."""
-
-    first: int = NO_INDEX >> ROW_BITS
-    group: int = 1
-
-    def __call__(self, keys: NDArray[np.int64]) -> NDArray[np.int64]:
-        p = key_partition(keys)
-        if self.group == 1:
-            return p
-        return np.where(p >= self.first, self.first + (p - self.first) // self.group, p)
-
-
-OWN = Placement()
-"""Every key in its own partition."""
-
-
-def key_row(keys: NDArray[np.int64]) -> NDArray[np.int64]:
-    """The row inside its partition of a document key."""
-    return keys & ((1 << ROW_BITS) - 1)
 
 
 def features_meta(num_perm: int, id_dtype: Any) -> pd.DataFrame:
@@ -328,38 +278,6 @@ def _distinct_routes(lo: NDArray[np.int64], hi: NDArray[np.int64], same: NDArray
     keep = np.ones(len(lo), dtype=bool)
     keep[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1]) | (same[1:] != same[:-1])
     return pd.DataFrame({"left": lo[keep], "right": hi[keep], "same": same[keep].astype(bool)})
-
-
-def sig_payload(sigs: NDArray[np.uint32], present: NDArray[np.bool_] | None = None) -> pd.Series:
-    """Signatures [n, num_perm] as one Arrow binary column (large_binary: p2p shuffles rebuild
-    column types from their names, which fixed-size binary has none of): a shuffle moves one
-    column of n values instead of num_perm columns (see benchmarks/stage_profile.py). With
-    `present`, only those rows carry their signature (the others an empty value)."""
-    import pyarrow as pa
-
-    n, width = sigs.shape[0], 4 * (sigs.shape[1] if sigs.ndim == 2 else 0)
-    present = np.ones(n, dtype=bool) if present is None else present
-    blob = pa.py_buffer(np.ascontiguousarray(sigs[present], dtype="<u4").tobytes())
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(present * width, out=offsets[1:])
-    offsets = pa.py_buffer(offsets)
-    arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, offsets, blob])
-    return pd.Series(pd.arrays.ArrowExtensionArray(arr))
-
-
-def payload_sigs(column: pd.Series, num_perm: int) -> NDArray[np.uint32]:
-    """The signatures of a `sig_payload` column, uint32 [n, num_perm]."""
-    import pyarrow as pa
-
-    arr = pa.array(column.array, type=pa.large_binary())
-    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-    if len(arr) == 0:
-        return np.zeros((0, num_perm), dtype=np.uint32)
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
-    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
-    if data.size != len(arr) * 4 * num_perm:
-        raise ValueError(f"signature payload of {data.size} bytes for {len(arr)} signatures of {num_perm}")
-    return data.view("<u4").reshape(len(arr), num_perm).astype(np.uint32)
 
 
 def left_payload_meta(params: Params) -> pd.DataFrame:

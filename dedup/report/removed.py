@@ -19,7 +19,8 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.core.decontam import ProtectedNgrams
-from dedup.partition.frames import CLEAN, SKIPPED, key_row
+from dedup.partition.frames import CLEAN, SKIPPED
+from dedup.partition.keyspace import key_row
 
 REPORT_DIR = "_report"
 REMOVED = f"{REPORT_DIR}/removed.parquet"

@@ -41,11 +41,12 @@ from numpy.typing import NDArray
 
 from dedup.config import Params
 from dedup.core.text import TEXT_DTYPE
+from dedup.partition.codec import fixed_binary, from_fixed_binary
 from dedup.storage import stamps
 from dedup.storage.safety import MANIFEST, UsageError, is_url, read_json, read_manifest
 
 if TYPE_CHECKING:
-    from dedup.partition.frames import Placement
+    from dedup.partition.keyspace import Placement
 
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
@@ -442,7 +443,7 @@ class Layout:
 
     @property
     def placement(self) -> Placement:
-        from dedup.partition.frames import Placement
+        from dedup.partition.keyspace import Placement
 
         return Placement(self.first, self.group)
 
@@ -454,7 +455,7 @@ class Layout:
 
     @property
     def first_key(self) -> int:
-        from dedup.partition.frames import ROW_BITS
+        from dedup.partition.keyspace import ROW_BITS
 
         return self.first << ROW_BITS
 
@@ -476,7 +477,8 @@ def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str,
     with global document keys and their text hashes (0 for indexes older than `TKEYS_IN_BANDS`)."""
     import pandas as pd
 
-    from dedup.partition.frames import LONG_META, ROW_BITS
+    from dedup.partition.frames import LONG_META
+    from dedup.partition.keyspace import ROW_BITS
 
     if new.empty or partition_info is None:
         return LONG_META.copy()
@@ -533,13 +535,6 @@ def features_meta(num_perm: int, id_dtype: Any) -> Any:
     return base(num_perm, id_dtype).assign(_text=pd.Series(dtype=TEXT_DTYPE))
 
 
-def _signatures(column: pa.ChunkedArray, num_perm: int) -> NDArray[np.uint32]:
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    width = 4 * num_perm
-    data = np.frombuffer(arr.buffers()[1], dtype=np.uint8)[arr.offset * width:(arr.offset + len(arr)) * width]
-    return data.view("<u4").reshape(len(arr), num_perm).astype(np.uint32)
-
-
 def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dtype: Any,
                    partition_info: dict[str, Any] | None = None) -> Any:
     """At a gathered index partition: the features of the indexed documents named by `rows` (matched
@@ -549,7 +544,9 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     exact Jaccard leaves it out."""
     import pandas as pd
 
-    from dedup.partition.frames import CLEAN, ROW_BITS, SIG, sig_payload
+    from dedup.partition.codec import sig_payload
+    from dedup.partition.frames import CLEAN, SIG
+    from dedup.partition.keyspace import ROW_BITS
 
     if partition_info is None or partition_info["number"] < layout.first or rows.empty:
         return features_meta(params.num_perm, id_dtype)
@@ -566,7 +563,7 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     return pd.DataFrame({"_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=id_dtype), "doc": docs,
                          "tkey": taken.column("tkey").to_numpy(), "tkey2": taken.column("tkey2").to_numpy(),
                          "source": np.full(n, CLEAN, np.int32), "source_gram": np.full(n, -1, np.int64),
-                         SIG: sig_payload(_signatures(taken.column("signature"), params.num_perm)).array,
+                         SIG: sig_payload(from_fixed_binary(taken.column("signature"), params.num_perm)).array,
                          "_text": pd.Series(texts, dtype=TEXT_DTYPE)})
 
 
@@ -577,7 +574,7 @@ def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool
     import fsspec
     import pyarrow.parquet as pq
 
-    from dedup.partition.frames import ROW_BITS
+    from dedup.partition.keyspace import ROW_BITS
 
     part, p, start = layout.locate(q)
     offset = np.int64(start << ROW_BITS)
@@ -645,9 +642,7 @@ def docs_table(ids: Any, roots: Any, keys: NDArray[np.int64], tkeys: tuple[NDArr
                sigs: NDArray[np.uint32], files: list[str | None], rows: NDArray[np.int64], id_type: pa.DataType) -> pa.Table:
     """The index rows of one partition's documents: key, id, its cluster's root id, text hashes,
     signature, and where it is in OUTPUT (file None: not written there)."""
-    width = 4 * sigs.shape[1] if sigs.ndim == 2 else 0
-    blob = np.ascontiguousarray(sigs.astype("<u4")).view(np.uint8).reshape(-1)
-    sig = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(keys), [None, pa.py_buffer(blob.tobytes())])
+    sig = fixed_binary(sigs)
     written = pa.array([f is not None for f in files], pa.bool_())
     return pa.table({"doc": pa.array(keys, pa.int64()), "id": pa.array(ids, id_type), "root": pa.array(roots, id_type),
                      "tkey": pa.array(tkeys[0], pa.uint64()), "tkey2": pa.array(tkeys[1], pa.uint64()), "signature": sig,
