@@ -279,154 +279,189 @@ def _explain_killed_worker(exc: BaseException, groups: Sequence[Sequence[str]], 
 
 
 def execute(plan: Plan) -> dict[str, Any]:
-    """Run a prepared job on the active client (or the local scheduler) and commit OUTPUT; the manifest."""
-    report, params, staging = plan.report, plan.params, plan.staging
+    """Run a prepared job on the active client (or the local scheduler) and commit OUTPUT; the manifest.
+
+    Reads as its steps: the stages and the write (`_write`), the accounting check, the manifest and
+    the page, the commit. A failure or interrupt at any step leaves OUTPUT as it was."""
     try:
-        if plan.shards:
-            groups = [[plan.shards[i] for i in g] for g in plan.groups]
-            id_type = plan.schema.field(plan.id_column).type
-            is_int = pa.types.is_integer(id_type)
-            meta = pd.DataFrame({plan.id_column: pd.Series(dtype=np.int64 if is_int else object),
-                                 plan.text_column: pd.Series(dtype=TEXT_DTYPE)})
-            ddf = dd.from_map(write.read_group, groups, id_column=plan.id_column, text_column=plan.text_column,
-                              id_type=id_type, meta=meta, enforce_metadata=False, label="read-shards")
-            try:
-                write_index = plan.write_index and plan.near and not plan.dry_run
-                decided = analyse(
-                    ddf, protected=plan.protected, near=plan.near, id_column=plan.id_column,
-                    text_column=plan.text_column, params=params, report=report, components=plan.components,
-                    features_dir=staging.url + "/_features" if plan.features_on_disk else None,
-                    locate=write.locator(groups), details=plan.write_report, against=plan.against,
-                    skip_existing=plan.skip_existing,
-                    index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
-                    spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards))
-                layout = shared((groups, plan.schema))
-                shown = page_data.page_documents(decided) if plan.write_report else None
-                # the shards, the removed list and the page's texts: one round trip
-                lazy: dict[str, dd.DataFrame] = {}
-                # each task takes the persisted features whole and reads the columns it needs: a
-                # projection of them would be a task of its own a partition
-                if not plan.dry_run:
-                    lazy["shards"] = dd.map_partitions(
-                        write.write_group, decided.feat, decided.roots, layout, plan.id_column,
-                        plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
-                        shared((plan.text_column, shown.rows_by_partition())) if shown is not None else None,
-                        meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
-                              "texts": object}, align_dataframes=False)
-                if plan.write_report:
-                    prot = shared(plan.protected) if plan.protected is not None else None
-                    lazy["removed"] = dd.map_partitions(
-                        write.write_removed, decided.feat, decided.roots,
-                        decided.matches, layout, plan.id_column, prot, staging.url, meta={"rows": "int64"},
-                        align_dataframes=False)
-                with Stage(report, "report" if plan.dry_run else "write") as stage:
-                    got = dict(zip(lazy, compute(*lazy.values(), retries=plan.retries)))
-                    listed = f"; {int(got['removed']['rows'].sum())} removed documents listed in {removed.REMOVED}" \
-                        if "removed" in got else ""
-                    stage.summary = (f"{len(plan.shards)} Parquet shards to the staging directory" if "shards" in got
-                                     else "no shards (dry run)") + listed
-                    if write_index:
-                        w = got["shards"]
-                        report.index_documents = int(w["indexed"].sum())
-                        report.index_near_duplicates = int(w["absorbed"].sum())
-                        report.index_bytes += int(w["bytes"].sum())
-                        pointed = [s.name for s in plan.shards] + [f for f in staging.files()
-                                                                  if f.startswith(f"{index.INDEX_DIR}/")]
-                        staging.write_json(f"{index.INDEX_DIR}/{index.INDEX_META}", index.index_meta(
-                            params, uid=index.new_uid(), id_type=write.cluster_type(plan.schema, plan.id_column),
-                            partitions=len(plan.groups), bucket_parts=report.bucket_partitions,
-                            id_parts=report.id_partitions,
-                            documents=report.index_documents, nbytes=report.index_bytes,
-                            text_column=plan.text_column, sources=plan.against, output=plan.output,
-                            files=stamps.stamps(staging.fs, staging.tmp, pointed)))
-                        stage.summary += (f"; index of {report.index_documents} kept documents (and "
-                                          f"{report.index_near_duplicates} near duplicates of them), "
-                                          f"{report.index_bytes / max(1, report.index_documents):.0f} bytes a kept document")
-                if plan.write_report:
-                    with Stage(report, "report") as stage:
-                        assert shown is not None
-                        text_of = ({k: t for pairs in got["shards"]["texts"] for k, t in pairs} if "shards" in got
-                                   else page_data.read_texts(shown.keys, write.locator(groups), plan.text_column))
-                        extras = page_data.report_extras(shown, text_of, params, plan.protected)
-                        stage.summary = "the largest clusters and examples for the page"
-                staging.remove("_features")
-                staging.remove("_labels")
-            except Exception as exc:
-                _explain_killed_worker(exc, [[s.path for s in g] for g in groups],
-                                       plan.protected.nbytes / 1e6 if plan.protected else 0.0)
-                raise
-        else:
+        extras = _write(plan) if plan.shards else report_page.Extras()
+        if not plan.shards:
             log.warning("input %s holds no files: writing an empty output", plan.input)
-        dropped_near = report.near_duplicates if (plan.near and plan.drop) else 0
-        expected = report.input_rows - report.contaminated - dropped_near - report.skipped_existing
-        output_rows = expected if plan.dry_run else io.parquet_rows(staging.fs, staging.tmp)
-        if output_rows != expected:
-            raise RuntimeError(f"Accounting mismatch: wrote {output_rows} rows, expected {expected} "
-                               f"({report.input_rows} in - {report.contaminated} contaminated - {dropped_near} "
-                               f"near duplicates - {report.skipped_existing} already indexed). Nothing was replaced; "
-                               "please report this as a bug.")
-        report.seconds["total"] = round(time.perf_counter() - plan.start, 3)
-        prot = plan.protected
-        manifest = {
-            "tool": "dedup", "input": plan.input, "input_files": len(plan.shards), "output": plan.output,
-            "partitions": len(plan.groups),
-            "input_rows": report.input_rows, "output_rows": output_rows,
-            "near_duplicates_dropped": dropped_near, "near_duplicates_found": report.near_duplicates,
-            "contaminated_dropped": report.contaminated, "contaminated_by_file": report.contaminated_by_file,
-            "contaminated_by_record": report.contaminated_by_record,
-            "contaminated_records": report.contaminated_records,
-            "clusters": report.clusters, "largest_cluster": report.largest_cluster,
-            "candidate_pairs": report.candidate_pairs, "confirmed_pairs": report.confirmed_pairs,
-            "same_text_pairs": report.same_text_pairs,
-            "approximated_buckets": report.approximated_buckets,
-            "largest_approximated_bucket": report.largest_approximated_bucket,
-            "max_bucket": params.max_bucket, "components": report.components,
-            "component_rounds": report.component_rounds, "near_dedup": plan.near, "drop_duplicates": plan.drop,
-            "features_on_disk": plan.features_on_disk,
-            "id_column": plan.id_column, "text_column": plan.text_column,
-            "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
-            "protected_files": list(prot.files) if prot else [],
-            "versions": versions(), "seconds": report.seconds,
-            "dry_run": plan.dry_run, "similarity_histogram": report.similarity_histogram,
-            "warnings": warnings_of(report, params),
-            "report": removed.PAGE if plan.write_report else None,
-            "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,
-            "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
-            "skipped_existing": report.skipped_existing,
-            "index": ({"path": index.INDEX_DIR, "documents": report.index_documents,
-                       "near_duplicates": report.index_near_duplicates, "bytes": report.index_bytes,
-                       "bytes_per_document": round(report.index_bytes / max(1, report.index_documents), 1)}
-                      if plan.write_index and plan.near and not plan.dry_run and plan.shards else None),
-            "removed": removed.REMOVED if plan.write_report else None,
-        }
+        output_rows = _accounted_rows(plan)
+        plan.report.seconds["total"] = round(time.perf_counter() - plan.start, 3)
+        manifest = build_manifest(plan, output_rows)
         if plan.write_report:
-            page = report_page.render(manifest, extras if plan.shards else report_page.Extras())
-            staging.fs.makedirs(f"{staging.tmp}/{removed.REPORT_DIR}", exist_ok=True)
-            with staging.fs.open(f"{staging.tmp}/{removed.PAGE}", "w", encoding="utf-8") as fh:
-                fh.write(page)
-        staging.write_json(MANIFEST, manifest)  # written last: the manifest marks the output complete
-        with deferred_interrupts() as deferred:
-            try:
-                staging.commit()
-            except BaseException as exc:
-                if staging.remote and not staging.committed:
-                    raise RuntimeError(f"Publishing to {plan.output} failed midway ({exc}); OUTPUT has no {MANIFEST} and "
-                                       f"is incomplete. The complete new output is in {staging.url}.") from exc
-                raise
-            if plan.dry_run:
-                log.info("dry run: %d of %d rows would be kept; %s holds only the manifest and the report (%.1f s)",
-                         output_rows, report.input_rows, plan.output, report.seconds["total"])
-            else:
-                log.info("wrote %d of %d rows to %s in %.1f s", output_rows, report.input_rows, plan.output,
-                         report.seconds["total"])
-        if deferred.received:
-            log.warning("interrupt received after OUTPUT was replaced: %s holds the complete new output", plan.output)
+            _write_page(plan, manifest, extras)
+        plan.staging.write_json(MANIFEST, manifest)  # written last: the manifest marks the output complete
+        _commit(plan, output_rows)
     except BaseException:
-        staging.abandon(settle=settle)  # the tasks still running end (or find their run ended) first
+        plan.staging.abandon(settle=settle)  # the tasks still running end (or find their run ended) first
         raise
     finally:
         plan.close()
     return manifest
+
+
+def _write(plan: Plan) -> report_page.Extras:
+    """The stages (`analyse`), then one round trip that writes the shards, the index's docs files and
+    the removed list into the staging directory; the page's summaries."""
+    report, params, staging = plan.report, plan.params, plan.staging
+    groups = [[plan.shards[i] for i in g] for g in plan.groups]
+    id_type = plan.schema.field(plan.id_column).type
+    meta = pd.DataFrame({plan.id_column: pd.Series(dtype=np.int64 if pa.types.is_integer(id_type) else object),
+                         plan.text_column: pd.Series(dtype=TEXT_DTYPE)})
+    ddf = dd.from_map(write.read_group, groups, id_column=plan.id_column, text_column=plan.text_column,
+                      id_type=id_type, meta=meta, enforce_metadata=False, label="read-shards")
+    write_index = plan.write_index and plan.near and not plan.dry_run
+    extras = report_page.Extras()
+    try:
+        decided = analyse(
+            ddf, protected=plan.protected, near=plan.near, id_column=plan.id_column,
+            text_column=plan.text_column, params=params, report=report, components=plan.components,
+            features_dir=staging.url + "/_features" if plan.features_on_disk else None,
+            locate=write.locator(groups), details=plan.write_report, against=plan.against,
+            skip_existing=plan.skip_existing,
+            index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
+            spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards))
+        layout = shared((groups, plan.schema))
+        shown = page_data.page_documents(decided) if plan.write_report else None
+        # the shards, the removed list and the page's texts: one round trip; each task takes the
+        # persisted features whole and reads the columns it needs (a projection of them would be a
+        # task of its own a partition)
+        lazy: dict[str, dd.DataFrame] = {}
+        if not plan.dry_run:
+            lazy["shards"] = dd.map_partitions(
+                write.write_group, decided.feat, decided.roots, layout, plan.id_column,
+                plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
+                shared((plan.text_column, shown.rows_by_partition())) if shown is not None else None,
+                meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
+                      "texts": object}, align_dataframes=False)
+        if plan.write_report:
+            prot = shared(plan.protected) if plan.protected is not None else None
+            lazy["removed"] = dd.map_partitions(
+                write.write_removed, decided.feat, decided.roots,
+                decided.matches, layout, plan.id_column, prot, staging.url, meta={"rows": "int64"},
+                align_dataframes=False)
+        with Stage(report, "report" if plan.dry_run else "write") as stage:
+            got = dict(zip(lazy, compute(*lazy.values(), retries=plan.retries)))
+            listed = f"; {int(got['removed']['rows'].sum())} removed documents listed in {removed.REMOVED}" \
+                if "removed" in got else ""
+            stage.summary = (f"{len(plan.shards)} Parquet shards to the staging directory" if "shards" in got
+                             else "no shards (dry run)") + listed
+            if write_index:
+                stage.summary += _write_index_meta(plan, got["shards"])
+        if shown is not None:
+            with Stage(report, "report") as stage:
+                text_of = ({k: t for pairs in got["shards"]["texts"] for k, t in pairs} if "shards" in got
+                           else page_data.read_texts(shown.keys, write.locator(groups), plan.text_column))
+                extras = page_data.report_extras(shown, text_of, params, plan.protected)
+                stage.summary = "the largest clusters and examples for the page"
+        staging.remove("_features")
+        staging.remove("_labels")
+    except Exception as exc:
+        _explain_killed_worker(exc, [[s.path for s in g] for g in groups],
+                               plan.protected.nbytes / 1e6 if plan.protected else 0.0)
+        raise
+    return extras
+
+
+def _write_index_meta(plan: Plan, written: pd.DataFrame) -> str:
+    """`_index/index.json`, with the stamp of every file the index points at; the write stage's words on it."""
+    report, staging = plan.report, plan.staging
+    report.index_documents = int(written["indexed"].sum())
+    report.index_near_duplicates = int(written["absorbed"].sum())
+    report.index_bytes += int(written["bytes"].sum())
+    pointed = [s.name for s in plan.shards] + [f for f in staging.files() if f.startswith(f"{index.INDEX_DIR}/")]
+    staging.write_json(f"{index.INDEX_DIR}/{index.INDEX_META}", index.index_meta(
+        plan.params, uid=index.new_uid(), id_type=write.cluster_type(plan.schema, plan.id_column),
+        partitions=len(plan.groups), bucket_parts=report.bucket_partitions, id_parts=report.id_partitions,
+        documents=report.index_documents, nbytes=report.index_bytes, text_column=plan.text_column,
+        sources=plan.against, output=plan.output, files=stamps.stamps(staging.fs, staging.tmp, pointed)))
+    return (f"; index of {report.index_documents} kept documents (and {report.index_near_duplicates} near duplicates "
+            f"of them), {report.index_bytes / max(1, report.index_documents):.0f} bytes a kept document")
+
+
+def _dropped_near(plan: Plan) -> int:
+    return plan.report.near_duplicates if (plan.near and plan.drop) else 0
+
+
+def _accounted_rows(plan: Plan) -> int:
+    """The rows written, which must be the input's less every row removed, else nothing is published."""
+    report = plan.report
+    expected = report.input_rows - report.contaminated - _dropped_near(plan) - report.skipped_existing
+    output_rows = expected if plan.dry_run else io.parquet_rows(plan.staging.fs, plan.staging.tmp)
+    if output_rows != expected:
+        raise RuntimeError(f"Accounting mismatch: wrote {output_rows} rows, expected {expected} "
+                           f"({report.input_rows} in - {report.contaminated} contaminated - {_dropped_near(plan)} "
+                           f"near duplicates - {report.skipped_existing} already indexed). Nothing was replaced; "
+                           "please report this as a bug.")
+    return output_rows
+
+
+def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
+    """`_dedup.json`: what the run read, removed and wrote, with its parameters, versions and timings."""
+    report, params, prot = plan.report, plan.params, plan.protected
+    return {
+        "tool": "dedup", "input": plan.input, "input_files": len(plan.shards), "output": plan.output,
+        "partitions": len(plan.groups),
+        "input_rows": report.input_rows, "output_rows": output_rows,
+        "near_duplicates_dropped": _dropped_near(plan), "near_duplicates_found": report.near_duplicates,
+        "contaminated_dropped": report.contaminated, "contaminated_by_file": report.contaminated_by_file,
+        "contaminated_by_record": report.contaminated_by_record,
+        "contaminated_records": report.contaminated_records,
+        "clusters": report.clusters, "largest_cluster": report.largest_cluster,
+        "candidate_pairs": report.candidate_pairs, "confirmed_pairs": report.confirmed_pairs,
+        "same_text_pairs": report.same_text_pairs,
+        "approximated_buckets": report.approximated_buckets,
+        "largest_approximated_bucket": report.largest_approximated_bucket,
+        "max_bucket": params.max_bucket, "components": report.components,
+        "component_rounds": report.component_rounds, "near_dedup": plan.near, "drop_duplicates": plan.drop,
+        "features_on_disk": plan.features_on_disk,
+        "id_column": plan.id_column, "text_column": plan.text_column,
+        "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
+        "protected_files": list(prot.files) if prot else [],
+        "versions": versions(), "seconds": report.seconds,
+        "dry_run": plan.dry_run, "similarity_histogram": report.similarity_histogram,
+        "warnings": warnings_of(report, params),
+        "report": removed.PAGE if plan.write_report else None,
+        "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,
+        "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
+        "skipped_existing": report.skipped_existing,
+        "index": ({"path": index.INDEX_DIR, "documents": report.index_documents,
+                   "near_duplicates": report.index_near_duplicates, "bytes": report.index_bytes,
+                   "bytes_per_document": round(report.index_bytes / max(1, report.index_documents), 1)}
+                  if plan.write_index and plan.near and not plan.dry_run and plan.shards else None),
+        "removed": removed.REMOVED if plan.write_report else None,
+    }
+
+
+def _write_page(plan: Plan, manifest: dict[str, Any], extras: report_page.Extras) -> None:
+    staging = plan.staging
+    page = report_page.render(manifest, extras)
+    staging.fs.makedirs(f"{staging.tmp}/{removed.REPORT_DIR}", exist_ok=True)
+    with staging.fs.open(f"{staging.tmp}/{removed.PAGE}", "w", encoding="utf-8") as fh:
+        fh.write(page)
+
+
+def _commit(plan: Plan, output_rows: int) -> None:
+    """Publish the staging directory as OUTPUT, interrupts deferred while it happens."""
+    staging, report = plan.staging, plan.report
+    with deferred_interrupts() as deferred:
+        try:
+            staging.commit()
+        except BaseException as exc:
+            if staging.remote and not staging.committed:
+                raise RuntimeError(f"Publishing to {plan.output} failed midway ({exc}); OUTPUT has no {MANIFEST} and "
+                                   f"is incomplete. The complete new output is in {staging.url}.") from exc
+            raise
+        if plan.dry_run:
+            log.info("dry run: %d of %d rows would be kept; %s holds only the manifest and the report (%.1f s)",
+                     output_rows, report.input_rows, plan.output, report.seconds["total"])
+        else:
+            log.info("wrote %d of %d rows to %s in %.1f s", output_rows, report.input_rows, plan.output,
+                     report.seconds["total"])
+    if deferred.received:
+        log.warning("interrupt received after OUTPUT was replaced: %s holds the complete new output", plan.output)
 
 
 def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
