@@ -176,7 +176,7 @@ def _setup_logging(verbose: bool) -> None:
 
 def _quiet_libraries(verbose: bool, cluster: bool) -> None:
     """Silence dask's and its friends' logs (they configure their loggers on import, so call it after).
-    Without a cluster (`--threads`) distributed is never imported: it would cost about 0.2 s."""
+    Without a cluster (`--threads`) distributed is never imported (a slow import, for nothing)."""
     if verbose:
         return
     if cluster:
@@ -245,8 +245,8 @@ def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
     from dedup.runtime import dask_client
 
     _quiet_libraries(args.verbose, cluster=args.threads is None)
-    # the job's modules (dask.dataframe, pandas, pyarrow: about 1.3 s) and the page's plotting library
-    # (about 0.4 s) load while the cluster starts; the job waits for them, so that no import holds
+    # the job's modules (dask.dataframe, pandas, pyarrow) and the page's plotting library load while
+    # the cluster starts; the job waits for them, so that no import holds
     # the GIL the scheduler in this process needs while the job runs
     importing = threading.Thread(target=_import_pipeline, args=(plan.write_report,), name="dedup-import",
                                  daemon=True)
@@ -445,15 +445,13 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The `dedup` command: `main`, then, once it has returned and its output is flushed, a hard exit.
 
-    Python's own teardown, freeing every module and object (dask, pandas, numba's compiler), took
-    0.4 to 0.8 s after the job had finished, with nothing left to do: OUTPUT is committed, a local
-    cluster closed, every file closed. mypy's command exits the same way. An exception that escapes
-    `main` (with --verbose) and argparse's exits take the ordinary way out.
+    Python's own teardown, freeing every module and object (dask, pandas, numba's compiler), is slow
+    and has nothing left to do: OUTPUT is committed, a local cluster closed, every file closed.
+    An exception that escapes `main` (with --verbose) and argparse's exits take the ordinary way out.
 
     The forkserver the local workers were forked from ends first: left to notice this process is
-    gone, it took 0.6 to 0.7 s to tear its own modules down, holding this process's stdout and
-    stderr open the whole time, so that a caller reading them (`subprocess.run(capture_output=True)`,
-    a pipe, `$(dedup ...)`) waited that long after `dedup` had exited."""
+    gone, it would tear its own modules down holding this process's stdout and stderr open, so that
+    a caller reading them (`subprocess.run(capture_output=True)`, a pipe, `$(dedup ...)`) waited."""
     try:
         code = main()
     finally:

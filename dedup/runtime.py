@@ -111,9 +111,8 @@ def watching(client: Any, stall_timeout: float | None) -> Iterator[None]:
 MALLOC_ENVIRON = {"MALLOC_TRIM_THRESHOLD_": 16 * 2**20, "MALLOC_MMAP_THRESHOLD_": 4 * 2**20}
 """glibc settings for local workers. Dask's nanny sets MALLOC_TRIM_THRESHOLD_ to 64 KiB, which
 returns every freed 64 KiB at the top of a heap to the system and also fixes the size above which
-blocks are mmapped at 128 KiB: each chunk's arrays were mapped, faulted in and unmapped again, and
-the features stage took about a sixth more CPU than in a plain process (docs/performance.md).
-Allocations of 4 MiB or more are still mapped (and returned at once); smaller ones reuse the heap,
+blocks are mmapped at 128 KiB: each chunk's arrays were mapped, faulted in and unmapped again
+(docs/performance.md, Design choices). Allocations of 4 MiB or more are still mapped (and returned at once); smaller ones reuse the heap,
 which keeps up to 16 MiB free at its top."""
 
 
@@ -204,8 +203,8 @@ def _quiet_resource_tracker() -> None:
 
 def distributed_defaults() -> None:
     """Add distributed's configuration defaults to dask's (what `import distributed` does first), from
-    its `distributed.yaml`, without importing it: that import took about 0.5 s, and the forkserver
-    starts only once its environment is known. Importing distributed later adds the same defaults
+    its `distributed.yaml`, without importing it (a slow import), since the forkserver starts only
+    once its environment is known. Importing distributed later adds the same defaults
     again, which changes nothing; a value you set (a file, DASK_* variables) is kept by both."""
     import importlib.util
 
@@ -259,8 +258,8 @@ def spawn_environ() -> dict[str, str]:
 
 def stop_workers(cluster: Any) -> None:
     """End a local cluster's worker processes at once (SIGKILL), once the job using them has
-    finished without an error: closing the cluster then takes 0.04 s, where asking each worker to
-    close, and waiting for it, took 0.6 to 1.2 s after the output was committed. Nothing is lost:
+    finished without an error, instead of asking each worker to close and waiting for it after the
+    output is committed. Nothing is lost:
     the job holds nothing in them any more; each worker leaves its empty lock file in dask's scratch
     directory, which the next cluster to start there purges. (After an error the cluster closes
     the ordinary way.)"""
@@ -287,13 +286,12 @@ def in_process(threads: int) -> Iterator[None]:
     import dask
 
     arrow_memory_pool()
-    # the kernels load (about 0.9 s) while the job plans, as a cluster's workers do when they start
+    # the kernels load while the job plans, as a cluster's workers do when they start
     loading = threading.Thread(target=_load_kernels_quietly, name="dedup-kernels", daemon=True)
     loading.start()
     # shuffles as tasks, in memory: the "disk" default (partd) pays serialisation to a temporary
-    # directory, and took 1.3 to 1.4x as long for the buckets and confirm stages here (3 runs each).
-    # The scheduler as a function, not the name "threads": for a name, Dask imports distributed
-    # (about 0.2 s) to look for a client first.
+    # directory. The scheduler as a function, not the name "threads": for a name, Dask imports
+    # distributed to look for a client first.
     import dask.threaded
 
     with dask.config.set({"scheduler": dask.threaded.get, "num_workers": threads,
@@ -340,8 +338,7 @@ def arrow_memory_pool() -> str:
 
 def warm_up(client: Any) -> list[Any]:
     """Load the kernels on every worker of a cluster we connect to, in the background while the
-    client plans and builds the graph (about 0.9 s a worker otherwise paid by the first features task;
-    benchmarks/stage_profile.py). Local clusters do it as the workers start (`dask_setup`)."""
+    client plans and builds the graph (else the first features task pays it). Local clusters do it as the workers start (`dask_setup`)."""
     workers = list(client.scheduler_info(n_workers=-1)["workers"])
     from dedup.partition.frames import warm_kernels
 

@@ -50,11 +50,9 @@ def minhash_rows(x, offsets, a, b, out):  # pragma: no cover - compiled
     fold z = (y & P) + (y >> 31) leaves z < 2P < 2**32: z narrows to 32 bits exactly, and the
     residue is z or z - P, the smaller of the two as uint32 (z - P wraps round when z < P). The
     wrap and the running minimum are 32-bit operations (vpminud, twice the lanes of a 64-bit
-    one, which AVX2 lacks and emulates in four instructions), four shingles a pass over the row.
-    On an AVX2 machine (12,750 rows of 150 to 240 random hashes x 128 permutations, best of 10)
-    this takes 0.28 ns a shingle x permutation, where the same fold and minimum in 64 bits, two
-    shingles a pass, took 0.56 to 0.65; compiled for AVX-512 (Zen 4) its loop has a fifth fewer
-    instructions a shingle x permutation than that one's. Rows of documents without shingles stay at P.
+    one, which AVX2 lacks and emulates in four instructions), four shingles a pass over the row:
+    about twice as fast as the same fold in 64 bits (docs/performance.md). Rows of documents
+    without shingles stay at P.
     """
     num_perm = a.shape[0]
     row = np.empty(num_perm, dtype=np.uint32)
@@ -115,8 +113,7 @@ def tokenize(buf, doc_start, doc_end, prenormalized, word_byte, not_space, lower
     lower-cased self or a space at `pos`, which moves on for word bytes and for the first byte
     after a word, so every word is followed by exactly one space; and it writes `pos` into the
     current word-start slot, which moves on at the first byte of a word. Indices are unsigned, so
-    numba adds no wraparound. 57 -> 10 ms on a 12,750-document shard against the branching
-    version that also stored word ends.
+    numba adds no wraparound.
     """
     n = doc_start.shape[0]
     emit_word = np.empty(256, dtype=np.uint8)  # the byte written for each input byte, per table
@@ -202,8 +199,8 @@ def _text_keys_tail(buf, h, f, lo, hi):  # pragma: no cover - compiled
 def text_keys(buf, start, end):  # pragma: no cover - compiled
     """(mix_spans, fnv1a_spans) of the same byte spans in one pass: a document's text is read once,
     not twice. Two documents are hashed in lockstep over their common length (then each one's
-    tail), so four independent multiply chains overlap instead of two: 18.9 -> 10.7 ms on a
-    12,750-document shard. Byte positions are unsigned, as in the other byte loops."""
+    tail), so four independent multiply chains overlap instead of two. Byte positions are unsigned,
+    as in the other byte loops."""
     n = start.shape[0]
     mix = np.empty(n, dtype=np.uint64)
     fnv = np.empty(n, dtype=np.uint64)

@@ -1,8 +1,7 @@
 """Dask DataFrame expressions of our own, for two steps where Dask's make more tasks than the work needs.
 
-On 2 local workers a task costs about 3 ms of scheduler and worker time whatever it does (1,500
-tasks that return their argument took 3.5 s, 2.2 CPU-s in the scheduler and 1.3 in each worker),
-and every dependency between tasks adds a round trip.
+A task costs scheduler and worker time whatever it does, and every dependency between tasks adds
+a round trip (docs/performance.md, Design choices).
 
 - `persist`: `dask.persist` returns a DataFrame (`FromGraph`) whose partitions get new keys, each
   an alias task pointing at a result, and every later computation that uses the collection runs
@@ -63,8 +62,7 @@ def persist(*collections: Any) -> Any:
     Why wait: a local cluster's scheduler builds the task graph from the expressions in a thread of
     this process, and under Python 3.11 an expression's cached properties (its `_meta`) take a lock
     shared by every instance of its class. Had this thread gone on building the next stage's
-    expressions meanwhile, the two could each hold one such lock and wait for the other's: a hang
-    (seen 2 times in 6 runs of `tests/test_scale_out.py::test_small_routes_write_what_shuffles_write`).
+    expressions meanwhile, the two could each hold one such lock and wait for the other's: a hang.
     A later `compute` blocks until its results are back, so it does not need this."""
     given = fused(*[c for c in collections if c is not None])
     out = dask.persist(*given)

@@ -38,21 +38,15 @@ MAX_STAR_ROUNDS = 200
 SMALL_ROUTE_BYTES = 64 * 2**20
 """A route whose rows are known to take at most about this many bytes (rows x the caller's estimate
 of a row) goes through one task that gathers every partition and splits the rows by destination,
-instead of a shuffle: on a local cluster a shuffle's fixed cost (transfer tasks, barrier, unpack
-tasks) is most of the time of a small one. On 2 workers and 16 partitions, 20,000 rows of 0.5 KB took
-1.23 s as a shuffle and 0.38 s in one task (benchmarks/route_cost.py). A bound on bytes, not a share
-of the corpus: no task gathers much more than this (rows are estimated, not weighed), and larger
-frames keep the shuffle's parallelism."""
+instead of a shuffle, whose fixed cost (transfer tasks, barrier, unpack tasks) is most of the time
+of a small one (docs/performance.md, Design choices). A bound on bytes, not a share of the corpus:
+no task gathers much more than this, and larger frames keep the shuffle's parallelism."""
 
 DIRECT_ROUTE_PIECES = 256
 """A route to key ranges from n partitions to k whose n x k is at most this goes through plain tasks
-(`route_direct`: n splits, n x k pieces, k joins) instead of a p2p shuffle. On 2 local workers the
-band rows of 204,000 documents (3.25 million rows, 16 x 16 pieces) took 0.42 s that way against 0.62 s
-as a shuffle, but 32 x 32 pieces took 1.10 s against 0.81 s: every piece is a task (about 1 ms of the
-scheduler's), so their cost grows with the square of the partitions where a shuffle's grows with
-the rows (a scratch script, 2 rounds each). Routes to the documents' own partitions keep the
-shuffle: through pieces, the confirm and roots stages, which join those partitions with the
-features', took 0.05 and 0.12 s longer (docs/performance.md)."""
+(`route_direct`: n splits, n x k pieces, k joins) instead of a p2p shuffle: every piece is a task,
+so their cost grows with the square of the partitions where a shuffle's grows with the rows.
+Routes to the documents' own partitions keep the shuffle (docs/performance.md, Design choices)."""
 
 ID_ROW_BYTES = 80
 """The estimate of a routed row holding a document key and an id (a string id of about 50 bytes)."""

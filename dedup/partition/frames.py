@@ -272,7 +272,7 @@ def confirm_routes(edges: pd.DataFrame) -> pd.DataFrame:
 
 
 def _distinct_routes(lo: NDArray[np.int64], hi: NDArray[np.int64], same: NDArray[np.bool_]) -> pd.DataFrame:
-    """Distinct (left, right, same) rows, sorted (by a lexsort: np.unique(axis=0) took 4 times as long)."""
+    """Distinct (left, right, same) rows, sorted (by a lexsort, much faster than np.unique(axis=0))."""
     order = np.lexsort((same, hi, lo))
     lo, hi, same = lo[order], hi[order], same[order]
     keep = np.ones(len(lo), dtype=bool)

@@ -57,8 +57,8 @@ def _svg(fig: Any) -> str:
 
 def _plain_counts(ax: Any) -> None:
     """Label a log (or symlog) count axis 1, 10, 1,000 rather than as powers of ten: the default
-    labels are mathtext, whose parser took about half of the client's CPU time drawing the page
-    (0.5 of 0.9 s on 204,000 documents), for axes whose ticks are plain counts."""
+    labels are mathtext, whose parser was most of the client's time drawing the page, for axes whose
+    ticks are plain counts."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
@@ -67,9 +67,8 @@ def _plain_counts(ax: Any) -> None:
 
 def plotting() -> Any:
     """matplotlib's pyplot, drawing to files (Agg, SVG text as text). The CLI imports it while the
-    cluster starts (`dedup.cli._execute`), before the job: imported in a thread while the job ran,
-    it held the GIL the scheduler in this process needs, and the features stage took about a third
-    longer (docs/performance.md); imported when the page was drawn, it added about 0.4 s after it."""
+    cluster starts (`dedup.cli._execute`), before the job: imported while the job runs, it would hold
+    the GIL the scheduler in this process needs (docs/performance.md, Design choices)."""
     import matplotlib
 
     matplotlib.use("Agg")
