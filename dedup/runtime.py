@@ -112,8 +112,8 @@ MALLOC_ENVIRON = {"MALLOC_TRIM_THRESHOLD_": 16 * 2**20, "MALLOC_MMAP_THRESHOLD_"
 """glibc settings for local workers. Dask's nanny sets MALLOC_TRIM_THRESHOLD_ to 64 KiB, which
 returns every freed 64 KiB at the top of a heap to the system and also fixes the size above which
 blocks are mmapped at 128 KiB: each chunk's arrays were mapped, faulted in and unmapped again
-(docs/performance.md, Design choices). Allocations of 4 MiB or more are still mapped (and returned at once); smaller ones reuse the heap,
-which keeps up to 16 MiB free at its top."""
+(docs/performance.md, Design choices). Allocations of 4 MiB or more are still mapped (and
+returned at once); smaller ones reuse the heap, which keeps up to 16 MiB free at its top."""
 
 
 def worker_environ() -> dict[str, Any]:
@@ -338,7 +338,8 @@ def arrow_memory_pool() -> str:
 
 def warm_up(client: Any) -> list[Any]:
     """Load the kernels on every worker of a cluster we connect to, in the background while the
-    client plans and builds the graph (else the first features task pays it). Local clusters do it as the workers start (`dask_setup`)."""
+    client plans and builds the graph (else the first features task pays it). Local clusters do it
+    as the workers start (`dask_setup`)."""
     workers = list(client.scheduler_info(n_workers=-1)["workers"])
     from dedup.partition.frames import warm_kernels
 
