@@ -99,19 +99,19 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
                                                      rows=rows)
         fc, ic, sample = compute(lazy_counts, *lazy_ids)
         c = stages.feature_counts(fc)
-        if c["null_ids"]:
+        if c.null_ids:
             located = io.null_id_rows(null_id_files, id_column) if null_id_files else []
             where = "; first at " + ", ".join(f"{f} row {r}" for f, r in located) if located else ""
-            raise ValueError(f"{c['null_ids']} document(s) have a null id in column {id_column!r}{where}. "
+            raise ValueError(f"{c.null_ids} document(s) have a null id in column {id_column!r}{where}. "
                              "Every document needs a unique id.")
-        report.input_rows, report.contaminated = c["rows"], c["contaminated"]
-        c, sample = stages.conflict_counts(k, ic, sample)
-        report.id_partitions = c["id_partitions"]
-        stages.check_unique_ids(sample[sample["kind"] == 0], id_column, locate, c["repeated"])
+        report.input_rows, report.contaminated = c.rows, c.contaminated
+        ids, sample = stages.conflict_counts(k, ic, sample)
+        report.id_partitions = ids.id_partitions
+        stages.check_unique_ids(sample[sample["kind"] == 0], id_column, locate, ids.repeated)
         stage.summary = (f"{report.input_rows} rows in {ddf.npartitions} partitions, {report.contaminated} "
                          "contaminated; every id occurs once")
         if against:
-            feat = _existing_ids(feat, conflicts, c["existing"], sample[sample["kind"] == 1], id_column, locate,
+            feat = _existing_ids(feat, conflicts, ids.existing, sample[sample["kind"] == 1], id_column, locate,
                                  skip_existing, report)
             stage.summary += (f"; {report.skipped_existing} already read by an earlier run, skipped"
                               if report.skipped_existing else "; none was read by an earlier run")
@@ -120,27 +120,27 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         with Stage(report, "contamination") as stage:
             got = stages.contamination(ddf, feat, protected, text_column, report.input_rows, report.contaminated,
                                        examples=details)
-            examples = got["examples"]
-            report.contaminated_by_file = got["by_file"]
-            report.contaminated_by_record = got["by_record"]
-            report.contaminated_records = got["records"]
-            stage.summary = f"{report.contaminated} documents hit {got['records']} protected record(s)"
+            examples = got.examples
+            report.contaminated_by_file = got.by_file
+            report.contaminated_by_record = got.by_record
+            report.contaminated_records = got.records
+            stage.summary = f"{report.contaminated} documents hit {got.records} protected record(s)"
     if not near:
         return Decisions(feat, None, None, None, examples)
     layout = index.Layout.gathering(against, feat.npartitions) if against else None
     first_indexed = layout.first_key if layout else keyspace.NO_INDEX
     placement = layout.placement if layout else keyspace.OWN
     with Stage(report, "buckets") as stage:
-        edges, idx_feat, c = stages.buckets(feat, params, npartitions, index_out=index_out, layout=layout)
-        report.approximated_buckets = c["approximated_buckets"]
-        report.largest_approximated_bucket = c["largest_approximated_bucket"]
-        report.index_bytes += c["index_band_bytes"]
-        report.bucket_partitions = c["bucket_partitions"]
-        edge_rows = c["edges"]
+        edges, idx_feat, b = stages.buckets(feat, params, npartitions, index_out=index_out, layout=layout)
+        report.approximated_buckets = b.approximated_buckets
+        report.largest_approximated_bucket = b.largest_approximated_bucket
+        report.index_bytes += b.index_band_bytes
+        report.bucket_partitions = b.bucket_partitions
+        edge_rows = b.edges
         stage.summary = f"bucket edges on the workers, {report.approximated_buckets} approximated bucket(s)"
         if layout is not None:
             report.indexed_documents = sum(p.documents for p in against)
-            stage.summary += (f"; {c['indexed_matched']} of {report.indexed_documents} indexed documents share a "
+            stage.summary += (f"; {b.indexed_matched} of {report.indexed_documents} indexed documents share a "
                               "bucket with this input")
     feat_all, texts = feat, ddf
     if idx_feat is not None:  # persisted once: every use in confirm and roots would redo the concat
@@ -150,36 +150,36 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     with Stage(report, "confirm") as stage:
         graph, scored, conf = stages.confirm(edges, feat_all, texts, text_column=text_column, params=params,
                                             n_new=feat.npartitions, placement=placement, edge_rows=edge_rows)
-        report.similarity_histogram = conf["similarity_histogram"]
-        report.candidate_pairs, report.confirmed_pairs = conf["candidate_pairs"], conf["confirmed_pairs"]
-        report.same_text_pairs = conf["same_text_pairs"]
+        report.similarity_histogram = conf.similarity_histogram
+        report.candidate_pairs, report.confirmed_pairs = conf.candidate_pairs, conf.confirmed_pairs
+        report.same_text_pairs = conf.same_text_pairs
         stage.summary = (f"{report.confirmed_pairs} of {report.candidate_pairs} candidate pairs reach "
                          f"{params.threshold:.3f} ({params.confirm}), {report.same_text_pairs} same-text pairs")
     with Stage(report, "components") as stage:
         mode = components
         if mode == "auto":
-            mode = "client" if conf["graph_edges"] <= CLIENT_COMPONENT_EDGES else "distributed"
+            mode = "client" if conf.graph_edges <= CLIENT_COMPONENT_EDGES else "distributed"
         report.components = mode
         if mode == "client":
             labels = stages.components_on_client(graph, feat_all.npartitions, spill_dir, placement)
-            stage.summary = f"{conf['graph_edges']} edges joined on the client"
+            stage.summary = f"{conf.graph_edges} edges joined on the client"
         else:
             labels, rounds = stages.components_on_cluster(graph, npartitions or feat.npartitions)
             report.component_rounds = rounds
-            stage.summary = f"{conf['graph_edges']} edges joined on the cluster in {rounds} large/small-star rounds"
+            stage.summary = f"{conf.graph_edges} edges joined on the cluster in {rounds} large/small-star rounds"
     with Stage(report, "roots") as stage:
-        roots, c = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement,
-                                placed=mode == "client", edge_rows=conf["graph_edges"],
+        roots, r = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement,
+                                placed=mode == "client", edge_rows=conf.graph_edges,
                                 summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if details else None,
                                 scored=scored if details else None, exact=params.confirm == "exact")
-        report.clusters, report.largest_cluster = c["clusters"], c["largest"]
-        report.near_duplicates = c["duplicates"]
-        report.near_duplicates_of_indexed = c["of_indexed"]
+        report.clusters, report.largest_cluster = r.clusters, r.largest
+        report.near_duplicates = r.duplicates
+        report.near_duplicates_of_indexed = r.of_indexed
         stage.summary = (f"{report.clusters} clusters, largest {report.largest_cluster}, "
                          f"{report.near_duplicates} near duplicates")
         if layout is not None:
             stage.summary += f", {report.near_duplicates_of_indexed} of them of earlier outputs' documents"
-    return Decisions(feat, roots, roots if details else None, c["summary"], examples)
+    return Decisions(feat, roots, roots if details else None, r.summary, examples)
 
 
 def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sample: pd.DataFrame, id_column: str,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -50,6 +51,73 @@ Routes to the documents' own partitions keep the shuffle (docs/performance.md, D
 
 ID_ROW_BYTES = 80
 """The estimate of a routed row holding a document key and an id (a string id of about 50 bytes)."""
+
+
+@dataclass(frozen=True)
+class FeatureCounts:
+    """What the features stage counted: rows read, contaminated documents, null ids."""
+
+    rows: int
+    contaminated: int
+    null_ids: int
+
+
+@dataclass(frozen=True)
+class IdCounts:
+    """The ids' check: ids read twice, ids an earlier output already read, and the id ranges."""
+
+    repeated: int
+    existing: int
+    id_partitions: int
+
+
+@dataclass(frozen=True)
+class ContaminationCounts:
+    """Contaminated documents per protected file and record (the first `MAX_RECORDS_IN_MANIFEST`),
+    the records hit, and (source, doc, _id) of an example document per record for the page."""
+
+    by_file: dict[str, int]
+    by_record: list[dict[str, Any]]
+    records: int
+    examples: pd.DataFrame | None
+
+
+@dataclass(frozen=True)
+class BucketCounts:
+    """The buckets stage: buckets joined by star edges and the largest, index band bytes written,
+    indexed documents sharing a bucket with the input, the bucket ranges, the candidate edges."""
+
+    approximated_buckets: int
+    largest_approximated_bucket: int
+    index_band_bytes: int
+    indexed_matched: int
+    bucket_partitions: int
+    edges: int
+
+
+@dataclass(frozen=True)
+class ConfirmCounts:
+    """The confirm stage: candidate pairs, those confirmed, same-text pairs, the graph's edges, and
+    the histogram of the candidates' similarities."""
+
+    candidate_pairs: int
+    confirmed_pairs: int
+    same_text_pairs: int
+    graph_edges: int
+    similarity_histogram: list[int]
+
+
+@dataclass(frozen=True)
+class RootCounts:
+    """The roots stage: clustered documents, near duplicates, clusters and the largest, near
+    duplicates of earlier outputs' documents, and the page's summary of the clusters."""
+
+    members: int
+    duplicates: int
+    clusters: int
+    of_indexed: int
+    largest: int
+    summary: pd.DataFrame | None
 
 
 PART = "_partitions"
@@ -172,9 +240,9 @@ def _feature_counts(f: pd.DataFrame) -> pd.DataFrame:
                          "null_ids": [int(f["_id"].isna().sum())]})
 
 
-def feature_counts(c: pd.DataFrame) -> dict[str, int]:
+def feature_counts(c: pd.DataFrame) -> FeatureCounts:
     """The computed counts of `features`, summed."""
-    return {k: int(c[k].sum()) for k in ("rows", "contaminated", "null_ids")}
+    return FeatureCounts(**{k: int(c[k].sum()) for k in ("rows", "contaminated", "null_ids")})
 
 
 def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
@@ -251,11 +319,11 @@ def _conflict_sample(d: pd.DataFrame) -> pd.DataFrame:
     return d.groupby("kind").head(6)
 
 
-def conflict_counts(k: int, c: pd.DataFrame, sample: pd.DataFrame) -> tuple[dict[str, int], pd.DataFrame]:
+def conflict_counts(k: int, c: pd.DataFrame, sample: pd.DataFrame) -> tuple[IdCounts, pd.DataFrame]:
     """The computed counts of `id_conflicts`: repeated (distinct ids occurring more than once; an
     id's rows are all in one range), existing (documents whose id an earlier index holds), and the
     sample sorted by key."""
-    counts = {"repeated": int(c["repeated"].sum()), "existing": int(c["existing"].sum()), "id_partitions": k}
+    counts = IdCounts(repeated=int(c["repeated"].sum()), existing=int(c["existing"].sum()), id_partitions=k)
     return counts, sample.sort_values("doc")
 
 
@@ -288,12 +356,12 @@ def _hit_counts(part: pd.DataFrame, feat: pd.DataFrame, protected: ProtectedNgra
 
 
 def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgrams, text_column: str,
-                  input_rows: int, contaminated_rows: int, examples: bool = False) -> dict[str, Any]:
+                  input_rows: int, contaminated_rows: int, examples: bool = False) -> ContaminationCounts:
     """Documents removed per protected file and per record (re-reading only contaminated texts), and a
     warning for any record that alone removes a large share of the corpus. With `examples`, also
     each record's contaminated document with the smallest id (`frames.first_per_record`, for the page)."""
     if contaminated_rows == 0:
-        return {"by_file": dict.fromkeys(protected.files, 0), "by_record": [], "records": 0, "examples": None}
+        return ContaminationCounts(dict.fromkeys(protected.files, 0), [], 0, None)
     meta = protected.hit_counts(encode_batch([]))
     lazy = [dd.map_partitions(_hit_counts, ddf, feat[["source"]], shared(protected), text_column, meta=meta,
                               align_dataframes=False)]
@@ -313,7 +381,7 @@ def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgr
             entries.append(entry)
         if (warning := record_warning(entry, input_rows)) is not None:
             log.warning("%s", warning)
-    return {"by_file": per_file, "by_record": entries, "records": len(recs), "examples": first[0] if first else None}
+    return ContaminationCounts(per_file, entries, len(recs), first[0] if first else None)
 
 
 
@@ -329,7 +397,7 @@ def _both(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, *, index_out: str | None = None,
-            layout: index.Layout | None = None) -> tuple[dd.DataFrame, dd.DataFrame | None, dict[str, int]]:
+            layout: index.Layout | None = None) -> tuple[dd.DataFrame, dd.DataFrame | None, BucketCounts]:
     """Bucket edges on the workers: the long form (band, key, doc) routed to the range of its key,
     every bucket turned into same-text, candidate or star edges. Persisted; counts approximated buckets.
 
@@ -372,11 +440,11 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
         lazy["matched"] = idx_feat.map_partitions(_rows, meta=ROWS_META)
     got = dict(zip(lazy, compute(*lazy.values())))
     c = got["sizes"]
-    counts = {"approximated_buckets": int(c["buckets"].sum()), "largest_approximated_bucket": int(c["largest"].max()),
-              "index_band_bytes": int(got["writes"]["bytes"].sum()) if "writes" in got else 0,
-              "indexed_matched": int(got["matched"]["n"].sum()) if "matched" in got else 0, "bucket_partitions": k,
-              "edges": int(c["edges"].sum())}
-    warning = bucket_warning(counts["approximated_buckets"], params.max_bucket, counts["largest_approximated_bucket"])
+    counts = BucketCounts(approximated_buckets=int(c["buckets"].sum()), largest_approximated_bucket=int(c["largest"].max()),
+                          index_band_bytes=int(got["writes"]["bytes"].sum()) if "writes" in got else 0,
+                          indexed_matched=int(got["matched"]["n"].sum()) if "matched" in got else 0,
+                          bucket_partitions=k, edges=int(c["edges"].sum()))
+    warning = bucket_warning(counts.approximated_buckets, params.max_bucket, counts.largest_approximated_bucket)
     if warning is not None:
         log.warning("%s", warning)
     return edges, idx_feat, counts
@@ -397,7 +465,7 @@ SIMILARITY_BINS = 50
 
 def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str, params: Params,
             n_new: int | None = None, placement: keyspace.Placement = keyspace.OWN, edge_rows: int | None = None
-            ) -> tuple[dd.DataFrame, dd.DataFrame, dict[str, Any]]:
+            ) -> tuple[dd.DataFrame, dd.DataFrame, ConfirmCounts]:
     """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
     document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
     then to its right document's, where it is scored. Same-text edges of buckets travel the same
@@ -428,9 +496,9 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
                      graph.map_partitions(_rows, meta=ROWS_META))
     hist = np.sum(np.stack(c["hist"].to_list()), axis=0) if len(c) else np.zeros(SIMILARITY_BINS, np.int64)
     confirmed, edges_total = int(c["confirmed"].sum()), int(s["n"].sum())
-    counts: dict[str, Any] = {"candidate_pairs": int(c["candidates"].sum()), "confirmed_pairs": confirmed,
-                              "same_text_pairs": edges_total - confirmed, "graph_edges": edges_total,
-                              "similarity_histogram": [int(x) for x in hist]}
+    counts = ConfirmCounts(candidate_pairs=int(c["candidates"].sum()), confirmed_pairs=confirmed,
+                           same_text_pairs=edges_total - confirmed, graph_edges=edges_total,
+                           similarity_histogram=[int(x) for x in hist])
     return graph, scored, counts
 
 
@@ -559,7 +627,7 @@ def _normalised(d: pd.DataFrame) -> pd.DataFrame:
 def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = keyspace.NO_INDEX,
           placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
           summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None,
-          scored: dd.DataFrame | None = None, exact: bool = False) -> tuple[dd.DataFrame, dict[str, Any]]:
+          scored: dd.DataFrame | None = None, exact: bool = False) -> tuple[dd.DataFrame, RootCounts]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
     the counts.
 
@@ -594,12 +662,11 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     if summary is not None:
         lazy.append(by_component.map_partitions(summary[0], meta=summary[1]))
     c, *summarised = compute(*lazy)
-    counts: dict[str, Any] = {k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")}
-    counts["largest"] = int(c["largest"].max())
-    counts["summary"] = summarised[0] if summarised else None
+    counts = RootCounts(**{k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")},
+                        largest=int(c["largest"].max()), summary=summarised[0] if summarised else None)
     own = by_component if first_indexed >= keyspace.NO_INDEX else \
         by_component.map_partitions(frames.own_documents, first_indexed, meta=root_meta)
     row_bytes = 2 * ID_ROW_BYTES + (ID_ROW_BYTES if scored is not None else 0)
-    return route(own, "doc", n_new, rows=counts["members"], row_bytes=row_bytes), counts
+    return route(own, "doc", n_new, rows=counts.members, row_bytes=row_bytes), counts
 
 
