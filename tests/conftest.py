@@ -75,6 +75,11 @@ def client(cluster_client: object) -> Iterator[object]:
 
 
 DEDUP = [sys.executable, "-m", "dedup"]
+
+
+def run_dedup(*args: str, cwd: Path | None = None, timeout: int = 240) -> subprocess.CompletedProcess[str]:
+    """`dedup ARGS...` as a subprocess, its output captured as text."""
+    return subprocess.run([*DEDUP, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
 DASK_BIN = Path(sys.executable).parent / "dask"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,9 +14,7 @@ import pytest
 
 from dedup.corpus import generate
 from dedup.storage.staging import LIVE, RunEnded, Staging, check_live
-from tests.conftest import write_shards
-
-DEDUP = [sys.executable, "-m", "dedup"]
+from tests.conftest import DEDUP, write_shards
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests.conftest import DEDUP, write_shards
+from tests.conftest import run_dedup, write_shards
 
-
-def _run(*args: str, timeout: int = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*DEDUP, *args], capture_output=True, text=True, timeout=timeout)
+_run = run_dedup
 
 
 def test_help_describes_every_option() -> None:

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -16,13 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import write_shards
+from tests.conftest import run_dedup, write_shards
 
-DEDUP = [sys.executable, "-m", "dedup"]
-
-
-def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*DEDUP, *args], capture_output=True, text=True, timeout=240, cwd=cwd)
+_run = run_dedup
 
 
 def _errors(res: subprocess.CompletedProcess[str]) -> list[str]:

@@ -14,9 +14,7 @@ import pandas as pd
 import pytest
 
 from dedup.job.watchdog import WARN_AFTER, Watchdog
-from tests.conftest import start_dask, start_scheduler, stop_processes, write_shards
-
-DEDUP = [sys.executable, "-m", "dedup"]
+from tests.conftest import DEDUP, start_dask, start_scheduler, stop_processes, write_shards
 
 
 def test_memory_paused_workers_are_named_within_a_minute_then_fail_the_run(tmp_path: Path,

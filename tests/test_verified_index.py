@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,9 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dedup.storage import stamps
-from tests.conftest import write_shards
-
-DEDUP = [sys.executable, "-m", "dedup"]
+from tests.conftest import DEDUP, write_shards
 
 
 def _near(*args: str) -> subprocess.CompletedProcess[str]:
