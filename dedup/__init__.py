@@ -46,7 +46,7 @@ __all__ = [
 
 MODULES = {"pipeline": "job.pipeline"}
 """Modules of the public API by their short name: `from dedup import pipeline` (Parquet to Parquet on
-Dask: `pipeline.run`, and `pipeline.near_dedup` on a Dask frame of your own)."""
+Dask: `pipeline.run`, and `pipeline.near_dedup_frame` on a Dask frame of your own)."""
 
 
 def __getattr__(name: str) -> Any:

@@ -86,7 +86,7 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
 
 
 def _add_runtime(p: argparse.ArgumentParser) -> None:
-    r = p.add_argument_group("cluster")
+    r = p.add_argument_group("where it runs (Dask scheduler and workers, or threads)")
     r.add_argument("--scheduler", metavar="ADDRESS", help="address of a running Dask scheduler, e.g. tcp://host:8786 "
                         "(default: $DASK_SCHEDULER_ADDRESS if set, else a local cluster)")
     r.add_argument("--scheduler-file", metavar="FILE", help="scheduler file written by `dask scheduler --scheduler-file`")

@@ -66,5 +66,5 @@ def test_the_public_api_resolves() -> None:
         assert getattr(dedup, name) is not None, name
     from dedup import pipeline
 
-    assert callable(pipeline.run) and callable(pipeline.near_dedup) and callable(pipeline.decontaminate)
+    assert callable(pipeline.run) and callable(pipeline.near_dedup_frame) and callable(pipeline.decontaminate_frame)
     assert dedup.minhash is __import__("dedup.core.minhash", fromlist=["minhash"]).minhash

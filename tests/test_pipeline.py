@@ -178,9 +178,9 @@ def test_decontaminate_only_keeps_columns_and_every_clean_row(client, tmp_path: 
     out = pd.read_parquet(tmp_path / "out")
     assert list(out.columns) == ["id", "text", "family"]
     assert m["near_duplicates_dropped"] == 0 and len(out) == len(corpus_frame) - m["contaminated_dropped"] > 0
-    lazy = pipeline.decontaminate(dd.read_parquet(str(src)), [str(protected_file)])
+    lazy = pipeline.decontaminate_frame(dd.read_parquet(str(src)), [str(protected_file)])
     assert sorted(lazy.compute()["id"]) == sorted(out["id"])
-    tagged = pipeline.near_dedup(dd.read_parquet(str(src)), drop=False).compute()
+    tagged = pipeline.near_dedup_frame(dd.read_parquet(str(src)), drop=False).compute()
     assert len(tagged) == len(corpus_frame) and "minhash_cluster" in tagged.columns
 
 

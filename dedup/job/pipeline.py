@@ -6,7 +6,7 @@ counts and seconds:
     features (and unique ids) -> [contamination] -> buckets -> confirm -> components -> roots
 
 and `execute` writes every input file back through Arrow with the decisions of its rows, then
-commits OUTPUT atomically. `process`, `near_dedup` and `decontaminate` do the same on a Dask
+commits OUTPUT atomically. `process`, `near_dedup_frame` and `decontaminate_frame` do the same on a Dask
 DataFrame of your own and return it lazily.
 """
 
@@ -229,13 +229,13 @@ def _attach(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, 
     return frames.attach_roots(part, feat, roots, id_column, drop, tag)
 
 
-def near_dedup(ddf: dd.DataFrame, *, id_column: str = "id", text_column: str = "text", params: Params | None = None,
+def near_dedup_frame(ddf: dd.DataFrame, *, id_column: str = "id", text_column: str = "text", params: Params | None = None,
                drop: bool = True, **kwargs: Any) -> dd.DataFrame:
     """Tag near duplicates with `minhash_cluster` (the root id); with drop, keep roots only."""
     return process(ddf, near=True, id_column=id_column, text_column=text_column, params=params, drop=drop, **kwargs)
 
 
-def decontaminate(ddf: dd.DataFrame, protected: ProtectedNgrams | PathLike | Sequence[PathLike], *,
+def decontaminate_frame(ddf: dd.DataFrame, protected: ProtectedNgrams | PathLike | Sequence[PathLike], *,
                   id_column: str = "id", text_column: str = "text", ngram_size: int = 13, **kwargs: Any) -> dd.DataFrame:
     """Drop documents that share a word n-gram with the protected texts."""
     prot = protected if isinstance(protected, ProtectedNgrams) else ProtectedNgrams.from_paths(
@@ -323,7 +323,7 @@ def _write(plan: Plan) -> report_page.Extras:
             skip_existing=plan.skip_existing,
             index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
             spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards))
-        layout = shared((groups, plan.schema))
+        inputs = shared((groups, plan.schema))
         shown = page_data.page_documents(decided) if plan.write_report else None
         # the shards, the removed list and the page's texts: one round trip; each task takes the
         # persisted features whole and reads the columns it needs (a projection of them would be a
@@ -331,7 +331,7 @@ def _write(plan: Plan) -> report_page.Extras:
         lazy: dict[str, dd.DataFrame] = {}
         if not plan.dry_run:
             lazy["shards"] = dd.map_partitions(
-                write.write_group, decided.feat, decided.roots, layout, plan.id_column,
+                write.write_group, decided.feat, decided.roots, inputs, plan.id_column,
                 plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
                 shared((plan.text_column, shown.rows_by_partition())) if shown is not None else None,
                 meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
@@ -340,7 +340,7 @@ def _write(plan: Plan) -> report_page.Extras:
             prot = shared(plan.protected) if plan.protected is not None else None
             lazy["removed"] = dd.map_partitions(
                 write.write_removed, decided.feat, decided.roots,
-                decided.matches, layout, plan.id_column, prot, staging.url, meta={"rows": "int64"},
+                decided.matches, inputs, plan.id_column, prot, staging.url, meta={"rows": "int64"},
                 align_dataframes=False)
         with Stage(report, "report" if plan.dry_run else "write") as stage:
             got = dict(zip(lazy, compute(*lazy.values(), retries=plan.retries)))

@@ -16,12 +16,15 @@ from dedup.report import removed
 from dedup.storage import index
 from dedup.storage import shards as shards_mod
 
+Inputs = tuple[list[list[shards_mod.Shard]], pa.Schema]
+"""The input files of each partition, and the schema every output shard is written with."""
+
 
 def read_group(group: list[shards_mod.Shard], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
     return shards_mod.read_features_input(group, id_column, text_column, id_type)
 
 
-def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[list[list[shards_mod.Shard]], pa.Schema],
+def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
                  id_column: str, drop: bool, tag: bool, staging_url: str, num_perm: int | None = None,
                  shown: tuple[str, dict[int, list[int]]] | None = None,
                  partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -32,7 +35,7 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, layout: tuple[li
     import fsspec
 
     assert partition_info is not None
-    groups, schema = layout
+    groups, schema = inputs
     group = groups[partition_info["number"]]
     keep, cluster = frames.row_decisions(feat, roots, drop)
     fs, root = fsspec.core.url_to_fs(staging_url)
@@ -95,14 +98,14 @@ def locator(groups: list[list[shards_mod.Shard]]) -> Callable[[int], tuple[str, 
 
 
 def write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.DataFrame | None,
-                   layout: tuple[list[list[shards_mod.Shard]], pa.Schema], id_column: str,
+                   inputs: Inputs, id_column: str,
                    protected: ProtectedNgrams | None, staging_url: str,
                    partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Write `_report/removed.parquet/<input file name>` for each input file of one partition."""
     import fsspec
 
     assert partition_info is not None
-    groups, schema = layout
+    groups, schema = inputs
     _, cluster = frames.row_decisions(feat, roots, drop=False)
     table, rows = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column))
     fs, root = fsspec.core.url_to_fs(staging_url)
