@@ -154,21 +154,20 @@ DAMAGED = ("That output is no longer what its index describes: restore the file,
            "--overwrite) to rebuild it and its index, or leave it out of --against.")
 
 
-def _verified(fs: Any, url: str, meta: dict[str, Any], what: str) -> None:
+def _verified(url: str, meta: dict[str, Any], what: str) -> None:
     """Raise `UsageError` unless the index at `url` (its index.json `meta`) and every file it points at
     are the versions it recorded (format 4 on); older indexes record nothing to check: a warning."""
     if int(meta.get("format", 0)) < VERIFIED:
         log.warning("%s: its index (format %s, an older dedup) records no checksums, so its files cannot be verified; "
                     "run that output again to get a verified index", what, meta.get("format"))
         return
-    fix = DAMAGED
     if not stamps.sealed(meta) or not isinstance(meta.get("files"), dict):
-        raise UsageError(f"{what}: {url}/{INDEX_META} was edited since dedup wrote it (its checksum differs). {fix}")
-    _, root = fsspec_root(url)
+        raise UsageError(f"{what}: {url}/{INDEX_META} was edited since dedup wrote it (its checksum differs). {DAMAGED}")
+    fs, root = fsspec_root(url)
     try:
         stamps.verify(fs, posixpath.dirname(root), meta["files"])
     except stamps.Damaged as exc:
-        raise UsageError(f"{what}: {exc}. {fix}") from None
+        raise UsageError(f"{what}: {exc}. {DAMAGED}") from None
 
 
 def fsspec_root(url: str) -> tuple[Any, str]:
@@ -216,7 +215,7 @@ def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[
         if meta.get("id_kind") != id_kind(id_type):
             raise UsageError(f"--against {out}: its ids are {meta.get('id_kind')}s ({meta.get('id_type')}), this "
                              f"input's are {id_kind(id_type)}s ({id_type}); ids must be of one kind to be compared.")
-        _verified(fs, url, meta, f"--against {out}")
+        _verified(url, meta, f"--against {out}")
         metas[out] = (url, meta)
         found.setdefault(url, _part(url, meta))
     given = {p.uid: p for p in found.values()}
@@ -243,8 +242,7 @@ def _source(url: str, src: dict[str, Any], what: str) -> tuple[str, dict[str, An
         if meta.get("uid") != src["uid"]:
             state = "was replaced since"
             continue
-        fs, _ = fsspec_root(place)
-        _verified(fs, place, meta, f"{what} (the earlier index it builds on, {place})")
+        _verified(place, meta, f"{what} (the earlier index it builds on, {place})")
         return place, meta
     output = posixpath.dirname(src["url"].rstrip("/"))
     raise UsageError(f"{what}: the earlier index it builds on, {src['url']}, {state}. If that output moved, give its "

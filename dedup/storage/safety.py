@@ -153,11 +153,11 @@ def _check_existing(fs: fsspec.AbstractFileSystem, root: str, output: str, overw
     if not overwrite:
         raise UsageError(f"OUTPUT {output!r} is not empty; pass --overwrite to replace an earlier dedup output "
                          "(it is replaced only once the new output is complete).")
-    if read_manifest(fs, root) is None and not fs.exists(f"{root}/{INCOMPLETE}"):
+    manifest = read_manifest(fs, root)
+    if manifest is None and not fs.exists(f"{root}/{INCOMPLETE}"):
         raise UsageError(f"OUTPUT {output!r} holds files dedup did not write (no {MANIFEST}); --overwrite replaces "
                          "only an earlier dedup output or an empty directory. Choose another OUTPUT.")
     if dry_run:
-        manifest = read_manifest(fs, root)
         if manifest is None or not manifest.get("dry_run"):
             raise UsageError(f"OUTPUT {output!r} holds the shards of an earlier run, which a --dry-run would replace "
                              "with only its report; give the dry run a new OUTPUT.")
