@@ -4,9 +4,9 @@
     python benchmarks/route_cost.py --rows 2000 100000 --repeats 3
 
 Each frame has the shape of the job's routed frames: a document key, a short string id and a
-512-byte signature a row. Both ways move every row to the partition its key names (`dedup.job.stages`);
+512-byte signature a row. Both ways move every row to the partition its key names (`dedup.job.routing`);
 seconds are the wall time of routing plus counting each partition's rows, median of interleaved
-repeats. `stages.SMALL_ROUTE_BYTES` decides which one the job takes.
+repeats. `dedup.job.routing.SMALL_ROUTE_BYTES` decides which one the job takes.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main() -> None:
     import dask.dataframe as dd
     from distributed import Client, LocalCluster
 
-    from dedup.job import stages
+    from dedup.job import routing
 
     n = args.partitions
 
@@ -60,7 +60,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 for way in times:
                     start = time.perf_counter()
-                    routed = stages._route_by(frame, dest, n, rows=rows if way == "small" else None, row_bytes=0)
+                    routed = routing.route_by(frame, dest, n, rows=rows if way == "small" else None, row_bytes=0)
                     routed.map_partitions(len).compute()
                     times[way].append(time.perf_counter() - start)
             s, o = statistics.median(times["shuffle"]), statistics.median(times["small"])

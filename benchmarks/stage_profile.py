@@ -31,6 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import corpus_frame, run_cli, write_corpus  # noqa: E402
 
+from dedup.partition.buckets import long_form
+from dedup.partition.features import document_features
+
 PARTITION = 25_000
 
 
@@ -43,7 +46,6 @@ def kernels(src: Path) -> tuple[dict[str, float], int]:
     from dedup.core import _kernels
     from dedup.core import text as text_mod
     from dedup.core.hashing import perm_params
-    from dedup.partition import frames
 
     params = Params()
     a, b = perm_params(params.num_perm, params.seed)
@@ -51,8 +53,8 @@ def kernels(src: Path) -> tuple[dict[str, float], int]:
     import numpy as np
     import pandas as pd
 
-    warm = frames.features(pd.DataFrame({"id": ["x"], "text": ["warm up the kernels"]}), "id", "text", params, None)
-    frames.long_form(warm, params)
+    warm = document_features(pd.DataFrame({"id": ["x"], "text": ["warm up the kernels"]}), "id", "text", params, None)
+    long_form(warm, params)
     t: dict[str, float] = dict.fromkeys(("read texts", "tokenise", "shingle hashes", "minhash minimum",
                                          "features stage, total", "band keys + long form"), 0.0)
     files = sorted(src.glob("*.parquet"))
@@ -84,10 +86,10 @@ def kernels(src: Path) -> tuple[dict[str, float], int]:
             t["minhash minimum"] += time.process_time() - c
             pairs += len(h) * params.num_perm
             c = time.process_time()
-            feat = frames.features(p, "id", "text", params, None)
+            feat = document_features(p, "id", "text", params, None)
             t["features stage, total"] += time.process_time() - c
             c = time.process_time()
-            frames.long_form(feat, params)
+            long_form(feat, params)
             t["band keys + long form"] += time.process_time() - c
     return t, pairs
 

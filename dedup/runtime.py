@@ -301,7 +301,7 @@ def in_process(threads: int) -> Iterator[None]:
 
 
 def _load_kernels_quietly() -> None:
-    from dedup.partition.frames import warm_kernels
+    from dedup.partition.buckets import warm_kernels
 
     with contextlib.suppress(Exception):  # the first task that needs them raises the error
         warm_kernels()
@@ -315,7 +315,7 @@ def dask_setup(worker: Any) -> None:
     try:
         arrow_memory_pool()
         import dedup.job.pipeline  # noqa: F401  (the tasks' functions live there and in its imports)
-        from dedup.partition.frames import warm_kernels
+        from dedup.partition.buckets import warm_kernels
 
         warm_kernels()
     except Exception as exc:  # pragma: no cover - the task that needs it reports the error
@@ -341,6 +341,6 @@ def warm_up(client: Any) -> list[Any]:
     client plans and builds the graph (else the first features task pays it). Local clusters do it
     as the workers start (`dask_setup`)."""
     workers = list(client.scheduler_info(n_workers=-1)["workers"])
-    from dedup.partition.frames import warm_kernels
+    from dedup.partition.buckets import warm_kernels
 
     return [client.submit(warm_kernels, pure=False, workers=[w], allow_other_workers=False) for w in workers]

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dedup import Params, clusters, fnv1a64, jaccard, shingles, signatures
-from dedup.partition.frames import shingle_sets
+from dedup.partition.confirm import shingle_sets
 from tests.reference import ref_char_shingles, ref_signature
 
 unicode_text = st.text(

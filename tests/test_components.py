@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dedup import components
-from dedup.job.stages import components_on_client, components_on_cluster
+from dedup.job.components import components_on_client, components_on_cluster
 from dedup.partition import ccstar
 
 LOCAL = {"scheduler": "sync", "dataframe.shuffle.method": "tasks"}

@@ -34,15 +34,15 @@ def bigger_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, tmp_path: Path, task: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker killed while it runs a shuffle task (no route small), the one task of a small route
-    that gathers and cuts (`stages.route_small`, `dedup.job.graphs.gathered`), or a task of a direct
-    route to key ranges (`stages.route_direct`, `dedup.job.graphs.exchanged`: a split, a piece or a
+    that gathers and cuts (`dedup.job.routing.route_small`, `dedup.job.graphs.gathered`), or a task of a direct
+    route to key ranges (`dedup.job.routing.route_direct`, `dedup.job.graphs.exchanged`: a split, a piece or a
     join): the job retries and writes what an undisturbed run writes."""
     from distributed import Client, LocalCluster
 
-    from dedup.job import stages
+    from dedup.job import routing
 
     if task == "shuffle":
-        monkeypatch.setattr(stages, "SMALL_ROUTE_BYTES", 0)
+        monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
             Client(lc) as client:
         run(str(bigger_corpus), str(tmp_path / "baseline"), drop=False)

@@ -9,8 +9,10 @@ import pandas as pd
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dedup.partition import frames, keyspace
-from dedup.partition.frames import KIND_APPROX, KIND_CANDIDATE, KIND_SAME_TEXT, _pairs_within
+from dedup.core.text import texts_of
+from dedup.partition import keyspace
+from dedup.partition.buckets import KIND_APPROX, KIND_CANDIDATE, KIND_SAME_TEXT, _pairs_within, bucket_edges
+from dedup.partition.roots import closest_matches
 
 
 @given(st.lists(st.integers(1, 6), max_size=8))
@@ -31,11 +33,11 @@ def test_bucket_edges_collapse_same_text_then_pair_or_star() -> None:
     rows = [(0, 7, d, 1) for d in (5, 3, 9)]  # one text, three docs
     rows += [(0, 7, 4, 2), (0, 7, 8, 3)]  # two more distinct texts in the same bucket
     rows += [(1, 7, 1, 5), (1, 8, 2, 5)]  # equal key in another band, and a lone doc
-    e = frames.bucket_edges(_long(rows), max_bucket=3)
+    e = bucket_edges(_long(rows), max_bucket=3)
     got = {(int(a), int(b), int(k)) for a, b, k in e[["left", "right", "kind"]].to_numpy()}
     assert got == {(3, 5, KIND_SAME_TEXT), (3, 9, KIND_SAME_TEXT),
                    (3, 4, KIND_CANDIDATE), (3, 8, KIND_CANDIDATE), (4, 8, KIND_CANDIDATE)}
-    star = frames.bucket_edges(_long(rows), max_bucket=2)
+    star = bucket_edges(_long(rows), max_bucket=2)
     got = {(int(a), int(b), int(k)) for a, b, k in star[["left", "right", "kind"]].to_numpy()}
     assert {(3, 4, KIND_APPROX), (3, 8, KIND_APPROX)} <= got and not any(k == KIND_CANDIDATE for *_, k in got)
     # the star's centre is the text with the smallest hash (tkey 1, docs 3/5/9: doc 3 represents it)
@@ -47,12 +49,12 @@ def test_bucket_edges_are_the_edges_of_each_bucket_alone(rows: list[tuple[int, i
     """Every bucket's edges depend on that bucket's rows only: a partition's edges are the union
     of its buckets' edges computed one bucket at a time (lone rows, skipped before the sort, make none)."""
     long = _long([(b, k, doc, t) for doc, (b, k, t) in enumerate(rows)])
-    got = frames.bucket_edges(long, max_bucket)
-    each = [frames.bucket_edges(g.reset_index(drop=True), max_bucket) for _, g in long.groupby(["band", "key"])]
+    got = bucket_edges(long, max_bucket)
+    each = [bucket_edges(g.reset_index(drop=True), max_bucket) for _, g in long.groupby(["band", "key"])]
     alone = pd.concat(each, ignore_index=True)
     as_set = {tuple(r) for r in got.to_numpy().tolist()}
     assert len(as_set) == len(got) and as_set == {tuple(r) for r in alone.to_numpy().tolist()}
-    assert all(len(frames.bucket_edges(g, max_bucket)) == 0 for _, g in long.groupby(["band", "key"]) if len(g) == 1)
+    assert all(len(bucket_edges(g, max_bucket)) == 0 for _, g in long.groupby(["band", "key"]) if len(g) == 1)
 
 
 def test_doc_keys_are_partition_and_row() -> None:
@@ -64,15 +66,15 @@ def test_doc_keys_are_partition_and_row() -> None:
 def test_texts_of_rejects_values_that_are_not_text() -> None:
     import pytest
 
-    assert frames.texts_of(pd.Series(["a", None, float("nan"), pd.NA], dtype=object, name="body")) == ["a", None, None, None]
+    assert texts_of(pd.Series(["a", None, float("nan"), pd.NA], dtype=object, name="body")) == ["a", None, None, None]
     with pytest.raises(ValueError, match=r"The text column 'body' holds a bytes value \(b'xy'\)"):
-        frames.texts_of(pd.Series(["a", b"xy"], dtype=object, name="body"))
+        texts_of(pd.Series(["a", b"xy"], dtype=object, name="body"))
 
 
 def test_large_bucket_star_starts_at_the_smallest_text_hash() -> None:
     """The centre depends on texts only (never on document keys), and left names it, for counting buckets."""
     rows = [(0, 7, 50, 1), (0, 7, 40, 2), (0, 7, 10, 3), (0, 7, 30, 4)]
-    e = frames.bucket_edges(_long(rows), max_bucket=2)
+    e = bucket_edges(_long(rows), max_bucket=2)
     assert sorted(zip(e["left"].tolist(), e["right"].tolist())) == [(50, 10), (50, 30), (50, 40)]
     assert set(e["kind"].tolist()) == {KIND_APPROX}
 
@@ -111,7 +113,7 @@ def test_closest_matches_depend_on_texts_not_on_which_copies_a_pair_joins(data: 
             est.append(similarity[t, u])
     tkey = (text + 1).astype(np.uint64)
     estimate = np.array(est, dtype=np.float32)
-    matched, got_est, got_jac = frames.closest_matches(
+    matched, got_est, got_jac = closest_matches(
         doc, rank, tkey, tkey * np.uint64(7), np.array(left, np.int64), np.array(right, np.int64),
         estimate, estimate, exact=True)
     best = {t: int(m[np.argmin(rank[m])]) for t, m in members_of.items()}
@@ -134,7 +136,7 @@ def test_closest_matches_take_the_closer_text_when_two_offer_the_same_id() -> No
     rank = np.array([1, 0, 0], np.int64)  # both indexed documents carry the root's id
     tkey = np.array([1, 2, 3], np.uint64)
     for right, jaccard in (([20, 30], [0.85, 0.95]), ([30, 20], [0.95, 0.85])):  # equal estimates
-        matched, est, jac = frames.closest_matches(doc, rank, tkey, tkey, np.array([10, 10], np.int64),
+        matched, est, jac = closest_matches(doc, rank, tkey, tkey, np.array([10, 10], np.int64),
                                                    np.array(right, np.int64), np.full(2, 0.9, np.float32),
                                                    np.array(jaccard, np.float32), exact=True)
         assert rank[matched[0]] == 0 and jac[0] == np.float32(0.95) and est[0] == np.float32(0.9)

@@ -20,12 +20,12 @@ def test_mypy() -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-TASK_CALLS = {"map_partitions", "_route_by", "route_small", "from_map", "from_delayed", "delayed", "submit", "partial"}
+TASK_CALLS = {"map_partitions", "route_by", "route_small", "from_map", "from_delayed", "delayed", "submit", "partial"}
 
 
 def test_task_functions_are_module_level() -> None:
     """Tasks run module-level functions: a lambda or a nested function given to Dask is pickled by
-    value, once per task, by the client and again by the scheduler (`dedup.job.stages`)."""
+    value, once per task, by the client and again by the scheduler (`dedup.job.routing`)."""
     import ast
 
     bad = []

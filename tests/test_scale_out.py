@@ -92,14 +92,14 @@ def test_small_routes_write_what_shuffles_write(client, tmp_path: Path, frame: p
     """A small frame goes through one task (`route_small`), a route to key ranges between few
     partitions through plain tasks (`route_direct`), any other through a shuffle; the shards, the
     index and the removed list are the same bytes every way, on a real cluster."""
-    from dedup.job import stages
+    from dedup.job import routing
 
     params = Params(confirm=confirm, max_bucket=4)
     src = write_shards(frame, tmp_path / "in", 7)
     run(str(src), str(tmp_path / "small"), params=params, partition_rows=100)
-    monkeypatch.setattr(stages, "SMALL_ROUTE_BYTES", 0)  # no route is small: ranges direct, the rest shuffled
+    monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)  # no route is small: ranges direct, the rest shuffled
     run(str(src), str(tmp_path / "direct"), params=params, partition_rows=100)
-    monkeypatch.setattr(stages, "DIRECT_ROUTE_PIECES", 0)  # every route a shuffle
+    monkeypatch.setattr(routing, "DIRECT_ROUTE_PIECES", 0)  # every route a shuffle
     run(str(src), str(tmp_path / "shuffled"), params=params, partition_rows=100)
     small, direct = _output_digests(tmp_path / "small"), _output_digests(tmp_path / "direct")
     shuffled = _output_digests(tmp_path / "shuffled")
@@ -115,7 +115,7 @@ def test_small_and_direct_routes_put_every_row_where_a_shuffle_does(request, whe
                                                                     how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
-    from dedup.job import stages
+    from dedup.job import routing
 
     frame = pd.DataFrame({"doc": np.arange(500, dtype=np.int64) * 7919 % 1000, "v": [f"x{i}" for i in range(500)]})
     ddf = dd.from_pandas(frame, npartitions=5, sort=False)
@@ -132,12 +132,12 @@ def test_small_and_direct_routes_put_every_row_where_a_shuffle_does(request, whe
         request.getfixturevalue("client")
     with dask.config.set(LOCAL if where == "sync" else {}):
         if how == "small":
-            small = stages._route_by(ddf, dest, npartitions, rows=len(frame), row_bytes=16)
+            small = routing.route_by(ddf, dest, npartitions, rows=len(frame), row_bytes=16)
         else:
-            small = stages._route_by(ddf, dest, npartitions, ranges=True)
+            small = routing.route_by(ddf, dest, npartitions, ranges=True)
             assert any(str(k[0] if isinstance(k, tuple) else k).startswith("piece-") for k in small.__dask_graph__())
-        monkeypatch.setattr(stages, "DIRECT_ROUTE_PIECES", 0)
-        shuffled = stages._route_by(ddf, dest, npartitions, ranges=True)
+        monkeypatch.setattr(routing, "DIRECT_ROUTE_PIECES", 0)
+        shuffled = routing.route_by(ddf, dest, npartitions, ranges=True)
         assert small.npartitions == shuffled.npartitions == npartitions
         got, want = parts(small), parts(shuffled)
     assert got == want

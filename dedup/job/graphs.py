@@ -182,5 +182,5 @@ def exchanged(frame: dd.DataFrame, split: Callable[[pd.DataFrame], list[pd.DataF
     """A frame of `npartitions` partitions (unknown divisions): `split` cuts each of `frame`'s partitions
     into `npartitions` pieces, and output partition j is `join` of the j-th pieces, in partition order
     (so its rows' order is decided, whatever the scheduling). Its tasks number about
-    frame.npartitions x npartitions: for few partitions (`dedup.job.stages.DIRECT_ROUTE_PIECES`)."""
+    frame.npartitions x npartitions: for few partitions (`dedup.job.routing.DIRECT_ROUTE_PIECES`)."""
     return new_collection(Exchanged(frame.expr, split, join, npartitions, meta))

@@ -1,6 +1,6 @@
 """The Dask job: Parquet shards in, near duplicates tagged or dropped, contaminated rows removed.
 
-`analyse` runs the stages of `dedup.job.stages` top to bottom, each logging one line with its
+`analyse` runs the stages (a module each in `dedup.job`) top to bottom, each logging one line with its
 counts and seconds:
 
     features (and unique ids) -> [contamination] -> buckets -> confirm -> components -> roots
@@ -27,12 +27,22 @@ import pyarrow as pa
 from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
 from dedup.core.decontam import PathLike, ProtectedNgrams
 from dedup.core.text import TEXT_DTYPE
-from dedup.job import page_data, stages, write
+from dedup.job import page_data, write
+from dedup.job.buckets import buckets
+from dedup.job.components import components_on_client, components_on_cluster
 from dedup.job.compute import compute, settle, shared
+from dedup.job.confirm import confirm
+from dedup.job.contamination import contamination
+from dedup.job.features import feature_counts, features
 from dedup.job.graphs import persist
+from dedup.job.ids import check_unique_ids, conflict_counts, id_conflicts
 from dedup.job.manifest import versions, warnings_of
 from dedup.job.plan import Plan, Report, Stage, prepare
-from dedup.partition import frames, keyspace
+from dedup.job.roots import roots
+from dedup.job.routing import ID_ROW_BYTES, route
+from dedup.partition import keyspace
+from dedup.partition.decisions import attach_roots
+from dedup.partition.features import mark_skipped
 from dedup.report import page as report_page
 from dedup.report import removed
 from dedup.report.shown import shown_repr
@@ -53,7 +63,7 @@ class Decisions:
     roots: dd.DataFrame | None
     matches: dd.DataFrame | None = None
     """(doc, matched, estimate, jaccard) per clustered document at its partition, for the report: the
-    roots themselves, when they carry them (`stages.roots` with `scored`)."""
+    roots themselves, when they carry them (`dedup.job.roots.roots` with `scored`)."""
     clusters: pd.DataFrame | None = None
     """For the report: cluster sizes, the largest clusters and their first members (`page_data.cluster_summary`)."""
     examples: pd.DataFrame | None = None
@@ -89,36 +99,36 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     documents whose id one of them holds are skipped instead of refused. `index_out`: write this
     run's index band files there. `spill_dir`: where client components leave their labels. `rows`: the
     input's rows, when known before reading (Parquet footers): with the counts of each stage, it lets
-    small routes skip a shuffle (`stages.SMALL_ROUTE_BYTES`)."""
+    small routes skip a shuffle (`dedup.job.routing.SMALL_ROUTE_BYTES`)."""
     if components not in COMPONENT_MODES:
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
     with Stage(report, "features") as stage:  # and the ids' check: one round trip for both
-        feat, lazy_counts = stages.features(ddf, id_column=id_column, text_column=text_column, params=params,
+        feat, lazy_counts = features(ddf, id_column=id_column, text_column=text_column, params=params,
                                             protected=protected, features_dir=features_dir)
-        conflicts, k, lazy_ids = stages.id_conflicts(feat, npartitions, against=against, index_out=index_out,
+        conflicts, k, lazy_ids = id_conflicts(feat, npartitions, against=against, index_out=index_out,
                                                      rows=rows)
         fc, ic, sample = compute(lazy_counts, *lazy_ids)
-        c = stages.feature_counts(fc)
+        c = feature_counts(fc)
         if c.null_ids:
             located = io.null_id_rows(null_id_files, id_column) if null_id_files else []
             where = "; first at " + ", ".join(f"{f} row {r}" for f, r in located) if located else ""
             raise ValueError(f"{c.null_ids} document(s) have a null id in column {id_column!r}{where}. "
                              "Every document needs a unique id.")
         report.input_rows, report.contaminated = c.rows, c.contaminated
-        ids, sample = stages.conflict_counts(k, ic, sample)
-        report.id_partitions = ids.id_partitions
-        stages.check_unique_ids(sample[sample["kind"] == 0], id_column, locate, ids.repeated)
+        id_counts, sample = conflict_counts(k, ic, sample)
+        report.id_partitions = id_counts.id_partitions
+        check_unique_ids(sample[sample["kind"] == 0], id_column, locate, id_counts.repeated)
         stage.summary = (f"{report.input_rows} rows in {ddf.npartitions} partitions, {report.contaminated} "
                          "contaminated; every id occurs once")
         if against:
-            feat = _existing_ids(feat, conflicts, ids.existing, sample[sample["kind"] == 1], id_column, locate,
+            feat = _existing_ids(feat, conflicts, id_counts.existing, sample[sample["kind"] == 1], id_column, locate,
                                  skip_existing, report)
             stage.summary += (f"; {report.skipped_existing} already read by an earlier run, skipped"
                               if report.skipped_existing else "; none was read by an earlier run")
     examples = None
     if protected is not None:
         with Stage(report, "contamination") as stage:
-            got = stages.contamination(ddf, feat, protected, text_column, report.input_rows, report.contaminated,
+            got = contamination(ddf, feat, protected, text_column, report.input_rows, report.contaminated,
                                        examples=details)
             examples = got.examples
             report.contaminated_by_file = got.by_file
@@ -131,7 +141,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     first_indexed = layout.first_key if layout else keyspace.NO_INDEX
     placement = layout.placement if layout else keyspace.OWN
     with Stage(report, "buckets") as stage:
-        edges, idx_feat, b = stages.buckets(feat, params, npartitions, index_out=index_out, layout=layout)
+        edges, idx_feat, b = buckets(feat, params, npartitions, index_out=index_out, layout=layout)
         report.approximated_buckets = b.approximated_buckets
         report.largest_approximated_bucket = b.largest_approximated_bucket
         report.index_bytes += b.index_band_bytes
@@ -148,7 +158,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         feat_all = persist(dd.concat([feat, old[list(feat.columns)]]))
         texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
     with Stage(report, "confirm") as stage:
-        graph, scored, conf = stages.confirm(edges, feat_all, texts, text_column=text_column, params=params,
+        graph, scored, conf = confirm(edges, feat_all, texts, text_column=text_column, params=params,
                                             n_new=feat.npartitions, placement=placement, edge_rows=edge_rows)
         report.similarity_histogram = conf.similarity_histogram
         report.candidate_pairs, report.confirmed_pairs = conf.candidate_pairs, conf.confirmed_pairs
@@ -161,14 +171,14 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             mode = "client" if conf.graph_edges <= CLIENT_COMPONENT_EDGES else "distributed"
         report.components = mode
         if mode == "client":
-            labels = stages.components_on_client(graph, feat_all.npartitions, spill_dir, placement)
+            labels = components_on_client(graph, feat_all.npartitions, spill_dir, placement)
             stage.summary = f"{conf.graph_edges} edges joined on the client"
         else:
-            labels, rounds = stages.components_on_cluster(graph, npartitions or feat.npartitions)
+            labels, rounds = components_on_cluster(graph, npartitions or feat.npartitions)
             report.component_rounds = rounds
             stage.summary = f"{conf.graph_edges} edges joined on the cluster in {rounds} large/small-star rounds"
     with Stage(report, "roots") as stage:
-        roots, r = stages.roots(labels, feat_all, feat.npartitions, first_indexed, placement,
+        root_rows, r = roots(labels, feat_all, feat.npartitions, first_indexed, placement,
                                 placed=mode == "client", edge_rows=conf.graph_edges,
                                 summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if details else None,
                                 scored=scored if details else None, exact=params.confirm == "exact")
@@ -179,7 +189,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
                          f"{report.near_duplicates} near duplicates")
         if layout is not None:
             stage.summary += f", {report.near_duplicates_of_indexed} of them of earlier outputs' documents"
-    return Decisions(feat, roots, roots if details else None, r.summary, examples)
+    return Decisions(feat, root_rows, root_rows if details else None, r.summary, examples)
 
 
 def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sample: pd.DataFrame, id_column: str,
@@ -199,8 +209,8 @@ def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sampl
                          "--skip-existing to leave them out, or give them new ids. Nothing was written.")
     report.skipped_existing = count
     found = conflicts[conflicts["kind"] == 1][["doc", "_id"]]
-    routed = stages.route(found, "doc", feat.npartitions, rows=count, row_bytes=stages.ID_ROW_BYTES)
-    return persist(dd.map_partitions(frames.mark_skipped, feat, routed, meta=feat._meta, align_dataframes=False))
+    routed = route(found, "doc", feat.npartitions, rows=count, row_bytes=ID_ROW_BYTES)
+    return persist(dd.map_partitions(mark_skipped, feat, routed, meta=feat._meta, align_dataframes=False))
 
 
 def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
@@ -226,7 +236,7 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
 
 def _attach(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, id_column: str, drop: bool,
             tag: bool) -> pd.DataFrame:
-    return frames.attach_roots(part, feat, roots, id_column, drop, tag)
+    return attach_roots(part, feat, roots, id_column, drop, tag)
 
 
 def near_dedup_frame(ddf: dd.DataFrame, *, id_column: str = "id", text_column: str = "text", params: Params | None = None,

@@ -16,6 +16,6 @@ with contextlib.suppress(Exception):
     import distributed  # noqa: F401
 
     import dedup.job.pipeline  # noqa: F401
-    from dedup.partition.frames import warm_kernels
+    from dedup.partition.buckets import warm_kernels
 
     warm_kernels()

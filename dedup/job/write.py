@@ -11,7 +11,10 @@ import pandas as pd
 import pyarrow as pa
 
 from dedup.core.decontam import ProtectedNgrams
-from dedup.partition import frames, keyspace
+from dedup.partition import keyspace
+from dedup.partition.buckets import band_documents
+from dedup.partition.decisions import row_decisions
+from dedup.partition.features import signatures_of
 from dedup.report import removed
 from dedup.storage import index
 from dedup.storage import shards as shards_mod
@@ -37,7 +40,7 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
     assert partition_info is not None
     groups, schema = inputs
     group = groups[partition_info["number"]]
-    keep, cluster = frames.row_decisions(feat, roots, drop)
+    keep, cluster = row_decisions(feat, roots, drop)
     fs, root = fsspec.core.url_to_fs(staging_url)
     cluster_field = pa.field(shards_mod.CLUSTER_COLUMN, cluster_type(schema, id_column), nullable=False)
     out_row = np.cumsum(keep) - 1  # row of each kept document in its output file, once offset per file
@@ -72,8 +75,8 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
         root = keep & (cluster == own)
         # the kept documents, and the near duplicates found (those with band rows): a later run
         # that finds a document like one of them puts it in the same cluster
-        take = np.flatnonzero(root | (np.isin(feat["doc"].to_numpy(np.int64), frames.band_documents(feat)) & ~root))
-        sigs = frames.signatures_of(feat, num_perm, take)
+        take = np.flatnonzero(root | (np.isin(feat["doc"].to_numpy(np.int64), band_documents(feat)) & ~root))
+        sigs = signatures_of(feat, num_perm, take)
         tkeys = (feat["tkey"].to_numpy(np.uint64)[take], feat["tkey2"].to_numpy(np.uint64)[take])
         files = [f if k else None for f, k in zip(out_file[take].tolist(), keep[take])]
         table = index.docs_table(own[take].tolist(), cluster[take].tolist(), feat["doc"].to_numpy(np.int64)[take], tkeys,
@@ -106,7 +109,7 @@ def write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.Data
 
     assert partition_info is not None
     groups, schema = inputs
-    _, cluster = frames.row_decisions(feat, roots, drop=False)
+    _, cluster = row_decisions(feat, roots, drop=False)
     table, rows = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column))
     fs, root = fsspec.core.url_to_fs(staging_url)
     offset = written = 0

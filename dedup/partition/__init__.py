@@ -1,2 +1,3 @@
-"""What one Dask task computes: pure pandas and numpy functions of one partition (features, band
-rows, pairs, decisions, large-star/small-star steps), each testable without a cluster."""
+"""What one Dask task computes: pure pandas and numpy functions of one partition, a module a stage
+(`features`, `buckets`, `confirm`, `roots`, `decisions`; `ccstar` for components on the cluster),
+each testable without a cluster."""

@@ -3,7 +3,7 @@
 A directory of Parquet files, one per input file under its own name, so no single process ever
 holds the list: id, reason (`near_duplicate`, `contaminated`, or `already_indexed` with
 `--skip-existing`); for near duplicates the root id, the document it was matched to
-(`frames.closest_matches`: the smallest id among its other copies and the best copy of each text
+(`dedup.partition.roots.closest_matches`: the smallest id among its other copies and the best copy of each text
 confirmed against its own) and that pair's similarity (estimate, and exact Jaccard with
 `--confirm exact`); for contaminated ones the protected file, the record and the first matching
 n-gram. Parquet readers skip `_`-prefixed paths, so the output dataset stays clean.
@@ -19,7 +19,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.core.decontam import ProtectedNgrams
-from dedup.partition.frames import CLEAN, SKIPPED
+from dedup.partition.features import CLEAN, SKIPPED
 from dedup.partition.keyspace import key_row
 
 REPORT_DIR = "_report"

@@ -474,7 +474,7 @@ def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str,
     with global document keys and their text hashes (0 for indexes older than `TKEYS_IN_BANDS`)."""
     import pandas as pd
 
-    from dedup.partition.frames import LONG_META
+    from dedup.partition.buckets import LONG_META
     from dedup.partition.keyspace import ROW_BITS
 
     if new.empty or partition_info is None:
@@ -523,11 +523,11 @@ def _positions_of(column: NDArray[np.uint64], keys: NDArray[np.uint64]) -> NDArr
 
 
 def features_meta(num_perm: int, id_dtype: Any) -> Any:
-    """An index partition's features (`dedup.partition.frames.features_meta`) plus `_text`, the document's text
+    """An index partition's features (`dedup.partition.features.features_meta`) plus `_text`, the document's text
     in the earlier output (read only for --confirm exact)."""
     import pandas as pd
 
-    from dedup.partition.frames import features_meta as base
+    from dedup.partition.features import features_meta as base
 
     return base(num_perm, id_dtype).assign(_text=pd.Series(dtype=TEXT_DTYPE))
 
@@ -542,7 +542,7 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     import pandas as pd
 
     from dedup.partition.codec import sig_payload
-    from dedup.partition.frames import CLEAN, SIG
+    from dedup.partition.features import CLEAN, SIG
     from dedup.partition.keyspace import ROW_BITS
 
     if partition_info is None or partition_info["number"] < layout.first or rows.empty:
@@ -626,7 +626,7 @@ def _groups_holding(pf: Any, need: NDArray[np.int64]) -> list[int]:
 def kept_rows(rows: Any, feat: Any) -> Any:
     """The matched band rows whose document is in the index partition's features (one a run kept),
     with its text hashes."""
-    from dedup.partition.frames import LONG_META
+    from dedup.partition.buckets import LONG_META
 
     if rows.empty:
         return LONG_META.copy()

@@ -1,0 +1,106 @@
+"""Stage 3 on Dask: band rows routed to their key's range, made into bucket edges (and written as
+the index's band files); with `--against`, the earlier indexes' rows of the same buckets joined."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+
+from dedup.config import Params
+from dedup.job.compute import compute
+from dedup.job.graphs import persist
+from dedup.job.manifest import bucket_warning
+from dedup.job.routing import ROWS_META, route, route_ranges, row_count
+from dedup.partition import keyspace
+from dedup.partition.buckets import EDGE_META, KIND_APPROX, LONG_META, bucket_edges, long_form
+from dedup.storage import index
+
+log = logging.getLogger("dedup")
+
+
+@dataclass(frozen=True)
+class BucketCounts:
+    """The buckets stage: buckets joined by star edges and the largest, index band bytes written,
+    indexed documents sharing a bucket with the input, the bucket ranges, the candidate edges."""
+
+    approximated_buckets: int
+    largest_approximated_bucket: int
+    index_band_bytes: int
+    indexed_matched: int
+    bucket_partitions: int
+    edges: int
+
+
+def _write_band_part(rows: pd.DataFrame, root: str, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    assert partition_info is not None
+    return pd.DataFrame({"bytes": [index.write_bands(rows, root, partition_info["number"])], "rows": [len(rows)]})
+
+
+def _both(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([a.reset_index(drop=True), b.reset_index(drop=True)], ignore_index=True)
+
+
+def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, *, index_out: str | None = None,
+            layout: index.Layout | None = None) -> tuple[dd.DataFrame, dd.DataFrame | None, BucketCounts]:
+    """Bucket edges on the workers: the long form (band, key, doc) routed to the range of its key,
+    every bucket turned into same-text, candidate or star edges. Persisted; counts approximated buckets.
+
+    index_out: also write the routed rows there as this run's index band files. layout: join each
+    bucket range with the earlier indexes' rows of the same range that share a bucket with this run's
+    documents (their features, read at their index partitions and persisted, are returned); edges
+    between two indexed documents are dropped. Band rows of indexes older than format 3, and with
+    exact Jaccard, first go to their documents' partitions for their text hashes and to learn which
+    documents take part, then back.
+    """
+    long = feat.map_partitions(long_form, params, meta=LONG_META)
+    k = npartitions or max(1, long.npartitions)
+    if layout is not None and layout.parts:  # at least as many ranges as the indexes have: each reads a slice
+        k = max([k] + [p.bucket_parts for p in layout.parts])
+    ranged = route_ranges(long, k)
+    combined, idx_feat, first_indexed = ranged, None, keyspace.NO_INDEX
+    if layout is not None and layout.parts:
+        first_indexed = layout.first_key
+        exact = params.confirm == "exact"
+        matched = ranged.map_partitions(index.matched_rows, layout, k, meta=LONG_META)
+        at_docs = route(matched, "doc", layout.total, layout.placement)
+        id_dtype = feat._meta["_id"].dtype
+        idx_feat = at_docs.map_partitions(index.index_features, layout, params, exact, id_dtype,
+                                          meta=index.features_meta(params.num_perm, id_dtype))
+        if layout.direct(exact):  # the features are read beside the buckets, not on their way
+            joined = matched
+        else:  # text hashes, and which documents take part, come from the docs files: and back
+            kept = dd.map_partitions(index.kept_rows, at_docs, idx_feat, meta=LONG_META, align_dataframes=False)
+            joined = route_ranges(kept, k)
+        combined = dd.map_partitions(_both, ranged, joined, meta=LONG_META, align_dataframes=False)
+    edges = combined.map_partitions(bucket_edges, params.max_bucket, first_indexed, meta=EDGE_META)
+    writes = ranged.map_partitions(_write_band_part, index_out, meta={"bytes": "int64", "rows": "int64"}) \
+        if index_out is not None else None
+    edges, idx_feat, writes = persist(edges, idx_feat, writes)  # one pass over the routed rows
+    # one round trip for every count: the bucket sizes, the band files written, the indexed documents read
+    lazy = {"sizes": edges.map_partitions(_approx_sizes, meta={"buckets": "int64", "largest": "int64", "edges": "int64"})}
+    if writes is not None:
+        lazy["writes"] = writes
+    if idx_feat is not None:
+        lazy["matched"] = idx_feat.map_partitions(row_count, meta=ROWS_META)
+    got = dict(zip(lazy, compute(*lazy.values())))
+    c = got["sizes"]
+    counts = BucketCounts(approximated_buckets=int(c["buckets"].sum()), largest_approximated_bucket=int(c["largest"].max()),
+                          index_band_bytes=int(got["writes"]["bytes"].sum()) if "writes" in got else 0,
+                          indexed_matched=int(got["matched"]["n"].sum()) if "matched" in got else 0,
+                          bucket_partitions=k, edges=int(c["edges"].sum()))
+    warning = bucket_warning(counts.approximated_buckets, params.max_bucket, counts.largest_approximated_bucket)
+    if warning is not None:
+        log.warning("%s", warning)
+    return edges, idx_feat, counts
+
+
+def _approx_sizes(e: pd.DataFrame) -> pd.DataFrame:
+    """Per partition of bucket edges: approximated buckets, the largest one's size, and the edges."""
+    a = e[e["kind"] == KIND_APPROX]
+    sizes = a.groupby(["band", "left"]).size() + 1 if len(a) else pd.Series(dtype=np.int64)
+    return pd.DataFrame({"buckets": [len(sizes)], "largest": [int(sizes.max()) if len(sizes) else 0], "edges": [len(e)]})

@@ -1,0 +1,89 @@
+"""Stage 4 on Dask: each candidate pair taken to its left document's partition, then scored at its
+right document's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+
+from dedup.config import Params
+from dedup.job.compute import compute
+from dedup.job.graphs import persist
+from dedup.job.routing import ROWS_META, route, row_count
+from dedup.partition import keyspace
+from dedup.partition.confirm import (
+    GRAPH_META,
+    ROUTED_META,
+    SCORED_META,
+    confirm_routes,
+    graph_pairs,
+    left_payload_meta,
+    pairs_with_left,
+    score_at_right,
+)
+
+
+@dataclass(frozen=True)
+class ConfirmCounts:
+    """The confirm stage: candidate pairs, those confirmed, same-text pairs, the graph's edges, and
+    the histogram of the candidates' similarities."""
+
+    candidate_pairs: int
+    confirmed_pairs: int
+    same_text_pairs: int
+    graph_edges: int
+    similarity_histogram: list[int]
+
+SIMILARITY_BINS = 50
+"""Bins of [0, 1] for the similarity histogram of candidate pairs (the report's plot)."""
+
+
+def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str, params: Params,
+            n_new: int | None = None, placement: keyspace.Placement = keyspace.OWN, edge_rows: int | None = None
+            ) -> tuple[dd.DataFrame, dd.DataFrame, ConfirmCounts]:
+    """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
+    document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
+    then to its right document's, where it is scored. Same-text edges of buckets travel the same
+    two hops and are confirmed unscored (similarity 1), as are the same-text pairs inside each
+    partition. Returns the persisted graph (left, right) the components are made of, the persisted
+    scored pairs (`SCORED_META`, at their right document's partition: the report's matches
+    come from them), and counts with a histogram of every candidate's similarity. Partitions from
+    `n_new` on are earlier indexes' documents (never paired with each other), placed by `placement`.
+    `edge_rows`: the bucket edges' rows (`buckets` counts them), which bound both hops' rows: small
+    ones take `route_small`."""
+    n = feat.npartitions
+    n_new = n if n_new is None else n_new
+    routes = edges.map_partitions(confirm_routes, meta=ROUTED_META)
+    src = None if params.confirm == "estimate" else texts
+    at_left = dd.map_partitions(pairs_with_left, route(routes, "left", n, placement, edge_rows, 24), feat, src,
+                                text_column, params, meta=left_payload_meta(params), align_dataframes=False)
+    # a left payload row: the pair and the left signature (exact Jaccard adds shingle hashes of any length)
+    payload_rows = edge_rows if params.confirm == "estimate" else None
+    scored = persist(dd.map_partitions(score_at_right, route(at_left, "right", n, placement, payload_rows,
+                                                                    4 * params.num_perm + 24),
+                                       feat, src, text_column, params, meta=SCORED_META,
+                                       align_dataframes=False))
+    graph = persist(dd.map_partitions(graph_pairs, scored, feat, n_new, meta=GRAPH_META,
+                                      align_dataframes=False))
+    column = "jaccard" if params.confirm == "exact" else "estimate"
+    (c, s) = compute(scored.map_partitions(_tally, column, meta={"candidates": "int64", "confirmed": "int64",
+                                                                 "same": "int64", "hist": object}),
+                     graph.map_partitions(row_count, meta=ROWS_META))
+    hist = np.sum(np.stack(c["hist"].to_list()), axis=0) if len(c) else np.zeros(SIMILARITY_BINS, np.int64)
+    confirmed, edges_total = int(c["confirmed"].sum()), int(s["n"].sum())
+    counts = ConfirmCounts(candidate_pairs=int(c["candidates"].sum()), confirmed_pairs=confirmed,
+                           same_text_pairs=edges_total - confirmed, graph_edges=edges_total,
+                           similarity_histogram=[int(x) for x in hist])
+    return graph, scored, counts
+
+
+def _tally(d: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per partition of scored pairs: candidates, confirmed, same-text, and the histogram of `column`."""
+    same = d["same"].to_numpy(bool)
+    cand = d[~same]
+    hist = np.histogram(cand[column].to_numpy(np.float64), bins=SIMILARITY_BINS, range=(0.0, 1.0))[0]
+    return pd.DataFrame({"candidates": [len(cand)], "confirmed": [int(cand["confirmed"].sum())],
+                         "same": [int(same.sum())], "hist": [hist]})

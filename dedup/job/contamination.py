@@ -1,0 +1,67 @@
+"""Stage 2 on Dask: contaminated documents counted per protected file and record."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+
+from dedup.core.decontam import ProtectedNgrams
+from dedup.core.text import encode_batch, texts_of
+from dedup.job.compute import compute, shared
+from dedup.job.manifest import record_warning
+from dedup.partition.features import first_per_record
+
+log = logging.getLogger("dedup")
+
+
+@dataclass(frozen=True)
+class ContaminationCounts:
+    """Contaminated documents per protected file and record (the first `MAX_RECORDS_IN_MANIFEST`),
+    the records hit, and (source, doc, _id) of an example document per record for the page."""
+
+    by_file: dict[str, int]
+    by_record: list[dict[str, Any]]
+    records: int
+    examples: pd.DataFrame | None
+
+MAX_RECORDS_IN_MANIFEST = 1000
+
+
+def _hit_counts(part: pd.DataFrame, feat: pd.DataFrame, protected: ProtectedNgrams, text_column: str) -> pd.DataFrame:
+    rows = np.flatnonzero(feat["source"].to_numpy() >= 0)
+    texts = texts_of(part[text_column].iloc[rows]) if len(rows) else []
+    return protected.hit_counts(encode_batch(texts))
+
+
+def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgrams, text_column: str,
+                  input_rows: int, contaminated_rows: int, examples: bool = False) -> ContaminationCounts:
+    """Documents removed per protected file and per record (re-reading only contaminated texts), and a
+    warning for any record that alone removes a large share of the corpus. With `examples`, also
+    each record's contaminated document with the smallest id (`first_per_record`, for the page)."""
+    if contaminated_rows == 0:
+        return ContaminationCounts(dict.fromkeys(protected.files, 0), [], 0, None)
+    meta = protected.hit_counts(encode_batch([]))
+    lazy = [dd.map_partitions(_hit_counts, ddf, feat[["source"]], shared(protected), text_column, meta=meta,
+                              align_dataframes=False)]
+    if examples:
+        lazy.append(feat.map_partitions(first_per_record, meta=feat._meta[["source", "doc", "_id"]]))
+    hc, *first = compute(*lazy)
+    agg = hc.groupby(["kind", "index"]).agg(documents=("documents", "sum"), gram=("gram", "min")).reset_index()
+    files = agg[agg["kind"] == 1]
+    by_file = dict(zip(files["index"], files["documents"]))
+    per_file = {name: int(by_file.get(i, 0)) for i, name in enumerate(protected.files)}
+    recs = agg[agg["kind"] == 0].sort_values(["documents", "index"], ascending=[False, True])
+    entries: list[dict[str, Any]] = []
+    for rec, docs, gram in zip(recs["index"], recs["documents"], recs["gram"]):
+        entry = {"file": protected.files[protected.record_file[rec]], "record": protected.record_labels[rec],
+                 "documents": int(docs), "ngram": protected.ngram_text(int(gram))}
+        if len(entries) < MAX_RECORDS_IN_MANIFEST:
+            entries.append(entry)
+        if (warning := record_warning(entry, input_rows)) is not None:
+            log.warning("%s", warning)
+    return ContaminationCounts(per_file, entries, len(recs), first[0] if first else None)

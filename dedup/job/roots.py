@@ -1,0 +1,77 @@
+"""Stage 6 on Dask: each component's root chosen where its members meet, and routed back to the
+documents' partitions for the write."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import dask.dataframe as dd
+import pandas as pd
+
+from dedup.job.compute import compute
+from dedup.job.graphs import persist
+from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
+from dedup.partition import keyspace
+from dedup.partition.roots import component_counts, component_rows_meta, own_documents, roots_meta, roots_of_components, with_ids
+
+
+@dataclass(frozen=True)
+class RootCounts:
+    """The roots stage: clustered documents, near duplicates, clusters and the largest, near
+    duplicates of earlier outputs' documents, and the page's summary of the clusters."""
+
+    members: int
+    duplicates: int
+    clusters: int
+    of_indexed: int
+    largest: int
+    summary: pd.DataFrame | None
+
+
+def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = keyspace.NO_INDEX,
+          placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
+          summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None,
+          scored: dd.DataFrame | None = None, exact: bool = False) -> tuple[dd.DataFrame, RootCounts]:
+    """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
+    the counts.
+
+    The labels (smallest key of each component) go to their documents' partitions to collect
+    ids, then are shuffled on the label so each component is in one partition, where its root,
+    the smallest id, is chosen (the smallest indexed id, when the component holds documents of an
+    earlier output: partitions from `n_new` on, placed by `placement`, keys from `first_indexed` on).
+    `placed`: the labels are at their documents' partitions already (`components_on_client`).
+    `edge_rows`: the graph's edges, when known: at most twice as many documents are clustered, and
+    so few take `route_small` instead of shuffles. `summary`: (function, meta) run on each partition of
+    (doc, root, _id) by component, computed with the counts (their "summary", concatenated).
+    `scored` (`confirm`'s scored pairs): also give each document the one it was matched to, and
+    that pair's similarities (matched, estimate, jaccard; `closest_matches`, with Jaccard 1
+    for identical words when `exact`): the pairs travel with the labels to their component."""
+    n = feat.npartitions
+    n_new = n if n_new is None else n_new
+    id_meta = feat._meta["_id"]
+    members = 2 * edge_rows if edge_rows is not None else None
+    at_docs = labels if placed else route(labels, "doc", n, placement, members, 16)
+    labelled = dd.map_partitions(with_ids, at_docs, feat, *([scored] if scored is not None else []),
+                                 meta=component_rows_meta(id_meta, scored is not None), align_dataframes=False)
+    root_meta = roots_meta(id_meta, scored is not None)
+    k = max(1, n_new)
+    rows = None if edge_rows is None else (2 + (scored is not None)) * edge_rows  # and a pair row per edge
+    row_bytes = ID_ROW_BYTES + (32 if scored is not None else 0)  # the text keys and a pair's columns
+    by_label = route_by(labelled, partial(label_part, npartitions=k), k, rows, row_bytes)
+    by_component = persist(by_label.map_partitions(roots_of_components, first_indexed, exact,
+                                                   meta=root_meta))
+    lazy = [by_component.map_partitions(
+        component_counts, first_indexed,
+        meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64"})]
+    if summary is not None:
+        lazy.append(by_component.map_partitions(summary[0], meta=summary[1]))
+    c, *summarised = compute(*lazy)
+    counts = RootCounts(**{k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")},
+                        largest=int(c["largest"].max()), summary=summarised[0] if summarised else None)
+    own = by_component if first_indexed >= keyspace.NO_INDEX else \
+        by_component.map_partitions(own_documents, first_indexed, meta=root_meta)
+    row_bytes = 2 * ID_ROW_BYTES + (ID_ROW_BYTES if scored is not None else 0)
+    return route(own, "doc", n_new, rows=counts.members, row_bytes=row_bytes), counts

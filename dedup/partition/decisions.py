@@ -1,0 +1,42 @@
+"""Stage 7, per partition: which rows are kept and the `minhash_cluster` each carries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from dedup.partition.features import CLEAN
+from dedup.partition.keyspace import key_row
+
+
+def row_decisions(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool) -> tuple[NDArray[np.bool_], NDArray[Any]]:
+    """Per row of a features partition: keep it?, and its cluster root id (its own id when alone).
+
+    roots: (doc, root) of this partition's documents that are in a cluster of two or more
+    (root ids are int64 for integer ids, str otherwise). Contaminated rows are never kept; with
+    drop, only roots are.
+    """
+    own = feat["_id"].to_numpy(dtype=np.int64 if pd.api.types.is_integer_dtype(feat["_id"].dtype) else object)
+    cluster = own.copy()
+    if roots is not None and len(roots):
+        rows = key_row(roots["doc"].to_numpy(np.int64))
+        cluster[rows] = roots["root"].to_numpy()
+    keep = feat["source"].to_numpy() == CLEAN
+    if drop:
+        keep &= cluster == own
+    return keep, cluster
+
+
+def attach_roots(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, id_column: str, drop: bool,
+                 tag: bool = True) -> pd.DataFrame:
+    """Add `minhash_cluster` (the root id, typed like the id column) and drop contaminated rows
+    (and non-roots if drop). With tag=False (decontamination only) no column is added."""
+    keep, cluster = row_decisions(feat, roots, drop)
+    if not tag:
+        return part[keep]
+    out = part.copy()
+    out["minhash_cluster"] = pd.array(cluster, dtype=part[id_column].dtype)
+    return out[keep]

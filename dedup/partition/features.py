@@ -1,0 +1,115 @@
+"""Stage 1, per partition: each document's features (id, key, text hashes, contamination source,
+MinHash signature) as one plain frame, and what is read back from it.
+
+Every frame here has numpy dtypes and no list or array-of-object columns: those break p2p
+shuffles and Parquet round trips in current pandas/pyarrow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from dedup.config import Params
+from dedup.core import _kernels
+from dedup.core.decontam import ProtectedNgrams
+from dedup.core.minhash import SIGNATURE_CHUNK, SIGNATURE_DTYPE, batch_signatures
+from dedup.core.text import encode_column_chunks
+from dedup.partition.codec import payload_sigs, sig_payload
+from dedup.partition.keyspace import doc_keys
+from dedup.partition.rows import rows_of
+
+CLEAN = -1
+"""`source` of a document that overlaps no protected record (>= 0: the record it overlaps)."""
+
+SKIPPED = -2
+"""`source` of a document skipped because its id is already in an earlier output's index (--skip-existing)."""
+
+
+def mark_skipped(feat: pd.DataFrame, skipped: pd.DataFrame) -> pd.DataFrame:
+    """Mark the documents keyed in `skipped` (this partition's) as SKIPPED: they take no part in near-dedup."""
+    if skipped.empty:
+        return feat
+    rows = rows_of(feat, skipped["doc"].to_numpy(np.int64))
+    out = feat.copy()
+    for column, value in (("source", SKIPPED), ("tkey", 0), ("tkey2", 0)):
+        values = out[column].to_numpy().copy()
+        values[rows] = value
+        out[column] = values
+    return out
+
+SIG = "sig"
+"""The features frame's signature column: each document's num_perm uint32 values as one binary
+value (`sig_payload`; `signatures_of` reads them back as a 2-D array). One column instead of
+num_perm: every task that builds, slices, measures (dask's sizeof) or pickles a features frame
+handles one column, not a hundred and thirty."""
+
+
+def signatures_of(feat: pd.DataFrame, num_perm: int, rows: NDArray[np.int64] | None = None) -> NDArray[np.uint32]:
+    """The signatures of a features frame (of `rows` only, when given), uint32 [n, num_perm]."""
+    column = feat[SIG] if rows is None else feat[SIG].iloc[rows]
+    return payload_sigs(column, num_perm)
+
+
+def features_meta(num_perm: int, id_dtype: Any) -> pd.DataFrame:
+    cols: dict[str, Any] = {
+        "_id": pd.Series(dtype=id_dtype),
+        "doc": pd.Series(dtype=np.int64),
+        "tkey": pd.Series(dtype=np.uint64),
+        "tkey2": pd.Series(dtype=np.uint64),
+        "source": pd.Series(dtype=np.int32),
+        "source_gram": pd.Series(dtype=np.int64),
+    }
+    cols[SIG] = sig_payload(np.zeros((0, num_perm), dtype=np.uint32))
+    return pd.DataFrame(cols)
+
+
+def document_features(part: pd.DataFrame, id_column: str, text_column: str, params: Params,
+             protected: ProtectedNgrams | None, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Per document: id, key (partition, row), two text hashes, contamination source and MinHash signature.
+
+    tkey/tkey2: two independent 64-bit hashes of the document's words (0 for a document with
+    no words or a contaminated one: such documents take no part in near-dedup).
+    source: the smallest index of a protected record it overlaps, -1 when clean; source_gram: the
+    smallest index of an n-gram of that record it holds (for reports), -1 when clean.
+    """
+    n = len(part)
+    if protected is not None and len(protected) and params.ngram_size != protected.ngram_size:
+        raise ValueError(f"Protected n-grams were built with ngram_size={protected.ngram_size}, "
+                         f"but the job runs with ngram_size={params.ngram_size}.")
+    sigs = np.empty((n, params.num_perm), dtype=SIGNATURE_DTYPE)
+    source, source_gram = np.full(n, -1, dtype=np.int32), np.full(n, -1, dtype=np.int64)
+    tkey = np.zeros(n, dtype=np.uint64)
+    tkey2 = np.zeros(n, dtype=np.uint64)
+    for lo, batch in encode_column_chunks(part[text_column], SIGNATURE_CHUNK):  # each document on its own
+        hi = lo + len(batch.word_offsets) - 1
+        sigs[lo:hi] = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed,
+                                       shingle_size=params.shingle_size, shingle_unit=params.shingle_unit)
+        if protected is not None and len(protected):
+            source[lo:hi], source_gram[lo:hi] = protected.first_hits(batch)
+        # two independent 64-bit hashes of the document's words (xorshift-multiply and FNV-1a)
+        has_words = np.flatnonzero(batch.num_words > 0)
+        first = batch.word_offsets[:-1][has_words]
+        last = batch.word_offsets[1:][has_words] - 1
+        mix, fnv = _kernels.text_keys(batch.buf, np.ascontiguousarray(batch.word_start[first], np.int64),
+                                      np.ascontiguousarray(batch.word_ends(last), np.int64))
+        tkey[lo + has_words] = np.where(mix == 0, 1, mix)  # 0 is kept for "takes no part"
+        tkey2[lo + has_words] = np.where(fnv == 0, 1, fnv)
+    inactive = source >= 0  # contaminated documents, like those without words (key 0), take no part
+    tkey[inactive] = 0
+    tkey2[inactive] = 0
+    number = partition_info["number"] if partition_info else 0
+    return pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(number, n), "tkey": tkey,
+                         "tkey2": tkey2, "source": source.astype(np.int32), "source_gram": source_gram,
+                         SIG: sig_payload(sigs).array}, index=range(n))
+
+
+def first_per_record(feat: pd.DataFrame) -> pd.DataFrame:
+    """(source, doc, _id) per protected record (as a document's first record) of one features
+    partition: its contaminated document with the smallest id (the report's example)."""
+    c = feat[feat["source"] >= 0]
+    c = c.assign(_k=c["_id"].astype(object)).sort_values(["source", "_k"], kind="stable")
+    return c.drop_duplicates("source")[["source", "doc", "_id"]]

@@ -1,0 +1,180 @@
+"""Stage 6, per partition: component labels given ids where their documents live, then each
+component's root (its smallest id) and each member's matched document, where the component's
+rows meet."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from dedup.partition.keyspace import NO_INDEX
+from dedup.partition.rows import concat_rows, rows_of
+
+
+def own_documents(rows: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:
+    """The rows whose `doc` is one of this run's documents: all of them without an earlier index."""
+    if first_indexed >= NO_INDEX:
+        return rows
+    return rows[rows["doc"].to_numpy(np.int64) < first_indexed]
+
+MEMBER_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "label": pd.Series(dtype=np.int64)})
+
+OTHER = "other"
+"""In `with_ids` rows for matches: -1 on a member's row; on a pair's row, the key of the document
+that `doc` was confirmed against (a pair of different texts)."""
+
+
+def component_rows_meta(id_meta: pd.Series, matches: bool) -> pd.DataFrame:
+    """`with_ids` rows: (doc, label, _id), and for matches the text keys and the pair rows' columns."""
+    meta = MEMBER_META.assign(_id=id_meta.iloc[:0])
+    if not matches:
+        return meta
+    return meta.assign(tkey=pd.Series(dtype=np.uint64), tkey2=pd.Series(dtype=np.uint64),
+                       **{OTHER: pd.Series(dtype=np.int64)}, estimate=pd.Series(dtype=np.float32),
+                       jaccard=pd.Series(dtype=np.float32))
+
+
+def with_ids(members: pd.DataFrame, feat: pd.DataFrame, scored: pd.DataFrame | None = None) -> pd.DataFrame:
+    """(doc, label) rows at their documents' partition, given each document's id.
+
+    With `scored` (this partition's scored pairs: each pair's right document is here), for the
+    report's matches: each member's text keys too, and a row per confirmed pair of different texts
+    (doc = its right document, `OTHER` = its left one, its similarities, the right document's
+    label), so that a component's pairs meet its members (`roots_of_components`)."""
+    keys = members["doc"].to_numpy(np.int64)
+    at = rows_of(feat, keys)
+    out = members[["doc", "label"]].reset_index(drop=True).assign(_id=feat["_id"].to_numpy()[at])
+    if scored is None:
+        return out
+    out = out.assign(tkey=feat["tkey"].to_numpy(np.uint64)[at], tkey2=feat["tkey2"].to_numpy(np.uint64)[at],
+                     **{OTHER: np.int64(-1)}, estimate=np.float32(np.nan), jaccard=np.float32(np.nan))
+    pairs = scored[scored["confirmed"].to_numpy(bool) & ~scored["same"].to_numpy(bool)]
+    right = pairs["right"].to_numpy(np.int64)
+    order = np.argsort(keys, kind="stable")
+    pos = np.searchsorted(keys[order], right)
+    if len(right) and (pos.max() >= len(keys) or not np.array_equal(keys[order][pos], right)):
+        raise RuntimeError("A confirmed pair's document has no component label; please report this as a bug.")
+    label = members["label"].to_numpy(np.int64)[order][pos]
+    n = len(right)
+    at = rows_of(feat, right)
+    rows = pd.DataFrame({"doc": right, "label": label, "_id": feat["_id"].to_numpy()[at],
+                         "tkey": np.zeros(n, np.uint64), "tkey2": np.zeros(n, np.uint64),
+                         OTHER: pairs["left"].to_numpy(np.int64), "estimate": pairs["estimate"].to_numpy(np.float32),
+                         "jaccard": pairs["jaccard"].to_numpy(np.float32)})
+    return concat_rows([out, rows])
+
+
+def closest_matches(doc: NDArray[np.int64], rank: NDArray[np.int64], tkey: NDArray[np.uint64],
+                    tkey2: NDArray[np.uint64], left: NDArray[np.int64], right: NDArray[np.int64],
+                    estimate: NDArray[np.float32], jaccard: NDArray[np.float32], exact: bool
+                    ) -> tuple[NDArray[np.int64], NDArray[np.float32], NDArray[np.float32]]:
+    """Each member's matched document (its position among the members, -1 if none) and that pair's
+    estimate and Jaccard, for one component's (or several whole components') members.
+
+    Members with the same words (tkey, tkey2) are one text. A member's matched document is
+    the one with the smallest `rank` among the other members of its text (similarity 1) and the
+    smallest-ranked member of each text confirmed against its own by a pair (left, right) of
+    different texts (that pair's similarities); of equal ranks (an earlier run's indexed near
+    duplicate carries its root's id), the higher similarity. Texts, not documents: which copy of a text a pair
+    joins depends on where the copies fall, the answer does not (docs/contract.md, report).
+    """
+    n = len(doc)
+    text = pd.DataFrame({"a": tkey, "b": tkey2}).groupby(["a", "b"], sort=False).ngroup().to_numpy()
+    order = np.lexsort((rank, text))
+    starts = np.flatnonzero(np.r_[True, text[order][1:] != text[order][:-1]]) if n else np.zeros(0, np.int64)
+    first = order[starts]  # per text (ngroup numbers them 0, 1, ...: sorted, text t starts at starts[t])
+    sizes = np.diff(np.r_[starts, n])
+    second = np.where(sizes > 1, order[np.minimum(starts + 1, max(n - 1, 0))], -1)  # its second best
+    own = np.where(first[text] != np.arange(n), first[text], second[text])
+    # pairs of different texts: each side's text gets the other text's best member
+    sorted_doc = np.argsort(doc, kind="stable")
+    a = sorted_doc[np.searchsorted(doc[sorted_doc], left)]
+    b = sorted_doc[np.searchsorted(doc[sorted_doc], right)]
+    apart = text[a] != text[b]
+    a, b, est, jac = a[apart], b[apart], estimate[apart], jaccard[apart]
+    cand_text = np.r_[text[a], text[b]]
+    cand = np.r_[first[text[b]], first[text[a]]]
+    cand_est, cand_jac = np.r_[est, est].astype(np.float32), np.r_[jac, jac].astype(np.float32)
+    best = np.full(len(first), -1, np.int64)
+    best_est = np.full(len(first), np.nan, np.float32)
+    best_jac = np.full(len(first), np.nan, np.float32)
+    if len(cand):
+        # ties of rank: indexed near duplicates count with their root's id (docs/contract.md), so two
+        # texts can offer the same id; the closer one is taken, whatever order the rows came in
+        o = np.lexsort((-cand_jac, -cand_est, rank[cand], cand_text))
+        top = o[np.r_[True, cand_text[o][1:] != cand_text[o][:-1]]]
+        best[cand_text[top]], best_est[cand_text[top]], best_jac[cand_text[top]] = cand[top], cand_est[top], cand_jac[top]
+    cross = best[text]
+    big = np.iinfo(np.int64).max  # the rank of "none"
+    use_cross = np.where(cross >= 0, rank[cross], big) < np.where(own >= 0, rank[own], big)
+    matched = np.where(use_cross, cross, own)
+    same = np.float32(1.0)
+    out_est = np.where(use_cross, best_est[text], np.where(own >= 0, same, np.float32(np.nan))).astype(np.float32)
+    out_jac = np.where(use_cross, best_jac[text],
+                       np.where(own >= 0, same if exact else np.float32(np.nan), np.float32(np.nan))).astype(np.float32)
+    return matched, out_est, out_jac
+
+
+def roots_meta(id_meta: pd.Series, matches: bool) -> pd.DataFrame:
+    """`roots_of_components` rows: (doc, root, _id), and with matches (matched, estimate, jaccard)."""
+    meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
+    if not matches:
+        return meta
+    return meta.assign(matched=id_meta.iloc[:0], estimate=pd.Series(dtype=np.float32),
+                       jaccard=pd.Series(dtype=np.float32))
+
+
+def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact: bool = False) -> pd.DataFrame:
+    """(doc, root) for every member, where root is the smallest id of its component (all of a
+    component's rows are in this partition): numeric order for integer ids, string order otherwise.
+
+    Documents of an earlier output's index (keys >= first_indexed) always survive: a component
+    holding one has the smallest indexed id as its root, whatever the new ids are. Rows from
+    `with_ids` with pairs also give each member its matched document (`closest_matches`) and
+    that pair's similarities (Jaccard 1 for identical words when `exact`, else NaN).
+    """
+    matches = OTHER in rows.columns
+    if rows.empty:
+        return roots_meta(rows["_id"], matches)
+    pairs = None
+    if matches:
+        other = rows[OTHER].to_numpy(np.int64)
+        pairs, rows = rows[other >= 0], rows[other < 0]
+    rows = rows.drop_duplicates("doc")
+    ids = rows["_id"]
+    if not pd.api.types.is_integer_dtype(ids.dtype):
+        ids = ids.astype(object)
+    doc = rows["doc"].to_numpy(np.int64)
+    # ids ranked once (factorize sorts them: numeric or string order), then the smallest rank per
+    # label in numpy: a groupby min over Python strings runs a Python loop per component
+    codes, uniques = pd.factorize(ids.to_numpy(), sort=True)
+    n = max(len(uniques), 1)
+    rank = codes.astype(np.int64) + np.where(doc < first_indexed, n, 0)  # indexed documents rank first
+    labels, group = np.unique(rows["label"].to_numpy(np.int64), return_inverse=True)
+    best = np.full(len(labels), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(best, group, rank)
+    root = np.asarray(uniques)[best[group] % n]
+    out = pd.DataFrame({"doc": doc, "root": root, "_id": ids.to_numpy()})
+    if pairs is None:
+        return out
+    matched, est, jac = closest_matches(doc, codes.astype(np.int64), rows["tkey"].to_numpy(np.uint64),
+                                        rows["tkey2"].to_numpy(np.uint64), pairs[OTHER].to_numpy(np.int64),
+                                        pairs["doc"].to_numpy(np.int64), pairs["estimate"].to_numpy(np.float32),
+                                        pairs["jaccard"].to_numpy(np.float32), exact)
+    if (matched < 0).any():
+        raise RuntimeError("A clustered document has no matched document; please report this as a bug.")
+    return out.assign(matched=ids.to_numpy()[matched], estimate=est, jaccard=jac)
+
+
+def component_counts(roots: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:
+    """In one partition of `roots_of_components` output: members and duplicates (this run's documents
+    in a cluster, and those that are not its root), clusters, the largest, and duplicates of indexed
+    documents."""
+    sizes = roots.groupby("root").size() if len(roots) else pd.Series(dtype=np.int64)
+    new = roots[roots["doc"].to_numpy(np.int64) < first_indexed]
+    dup = new["root"].astype(object).to_numpy() != new["_id"].astype(object).to_numpy()
+    indexed_roots = set(roots["root"][roots["doc"].to_numpy(np.int64) >= first_indexed].astype(object))
+    of_indexed = int(new["root"].astype(object).isin(indexed_roots).sum()) if indexed_roots else 0
+    return pd.DataFrame({"members": [len(new)], "duplicates": [int(dup.sum())], "clusters": [len(sizes)],
+                         "largest": [int(sizes.max()) if len(sizes) else 0], "of_indexed": [of_indexed]})
