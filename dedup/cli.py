@@ -100,16 +100,21 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
                         "features, about 0.6 KB a document, fit its memory; nothing spills to disk)")
     r.add_argument("--partition-rows", type=int, metavar="N", default=None,
                    help=f"read consecutive small shards together until a partition holds N rows (default "
-                        f"{PARTITION_ROWS:,}; a larger file is a partition of its own): fewer, larger partitions "
+                        f"{PARTITION_ROWS:,}; a larger file is read as several partitions, by row groups, and written "
+                        "back as one file): fewer, larger partitions "
                         "mean fewer tasks (faster on a small cluster) and more memory a task; the shards written are the "
                         "same, and so is the report; the index is laid out by partition")
     o = p.add_argument_group("output")
     o.add_argument("--overwrite", action="store_true",
                    help="replace an earlier dedup output (a directory with _dedup.json) once the new output is complete; "
                         "any other non-empty OUTPUT is refused")
-    o.add_argument("--features-on-disk", action="store_true",
-                   help="write intermediate signatures (about 0.5 KB a document) to Parquet next to the output "
-                        "instead of keeping them in worker memory; for corpora larger than the cluster's memory")
+    place = o.add_mutually_exclusive_group()
+    place.add_argument("--features-on-disk", dest="features_on_disk", action="store_const", const=True, default=None,
+                       help="write the features (signatures and hashes, about 0.6 KB a document) to Parquet in the "
+                            "staging directory instead of keeping them in worker memory (the default when they would "
+                            "take more than a quarter of the workers' memory)")
+    place.add_argument("--features-in-memory", dest="features_on_disk", action="store_const", const=False,
+                       help="keep the features in worker memory even when they would take more than a quarter of it")
     o.add_argument("--dry-run", action="store_true",
                    help="run everything but write only _dedup.json and _report/ into OUTPUT, no shards: see what "
                         "would be removed before paying for the write")

@@ -15,10 +15,12 @@ from dedup.core.minhash import signatures
 from dedup.core.text import TEXT_DTYPE
 from dedup.core.unionfind import components
 from dedup.partition import codec, keyspace
-from dedup.partition.buckets import band_documents, long_form, same_text_edges
+from dedup.partition.buckets import KIND_CANDIDATE, KIND_SAME_TEXT, band_documents, long_form, same_text_edges
+from dedup.partition.confirm import confirm_routes, graph_pairs, pairs_with_left, score_at_right
 from dedup.partition.decisions import attach_roots, row_decisions
-from dedup.partition.features import CLEAN, SKIPPED, document_features, mark_skipped, signatures_of
-from dedup.partition.roots import component_counts, roots_of_components
+from dedup.partition.features import CLEAN, document_features, first_per_record, mark_skipped, signatures_of
+from dedup.partition.roots import OTHER, component_counts, own_documents, roots_of_components, with_ids
+from tests.reference import ref_shingles
 
 PARAMS = Params()
 WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
@@ -74,7 +76,7 @@ def test_same_text_edges_join_each_copy_to_the_smallest_id() -> None:
 def test_skipped_documents_take_no_part() -> None:
     feat = _features(["a b c", "d e f"], ["x", "y"])
     marked = mark_skipped(feat, pd.DataFrame({"doc": [feat["doc"].iloc[1]], "_id": ["y"]}))
-    assert marked["source"].tolist() == [CLEAN, SKIPPED]
+    assert marked["source"].tolist() == [CLEAN, CLEAN] and marked["skipped"].tolist() == [False, True]
     assert marked["tkey"].iloc[1] == 0 and marked["tkey"].iloc[0] != 0
     assert band_documents(marked).tolist() == [feat["doc"].iloc[0]]
 
@@ -113,3 +115,109 @@ def test_row_decisions_keep_roots_and_clean_rows_only() -> None:
     part = pd.DataFrame({"id": ["b", "a", "c", "d"], "text": ["a b c", "a b c", "x y z", "p q r"]})
     out = attach_roots(part, feat, roots, "id", drop=True)
     assert out["id"].tolist() == ["a", "c"] and out["minhash_cluster"].tolist() == ["a", "c"]
+
+
+def _exact_jaccard(a: str, b: str, k: int) -> float:
+    sa, sb = ref_shingles(a, k), ref_shingles(b, k)
+    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+
+
+@given(st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=12), min_size=2, max_size=8),
+       st.sampled_from(["estimate", "exact"]))
+def test_confirm_scores_each_pair_across_partitions_by_the_plain_rule(docs: list[list[str]], mode: str) -> None:
+    """The confirm's two hops done by hand: every pair (a document of partition 0, one of
+    partition 1) gets its left payload at partition 0 and is scored at partition 1, to the signature
+    estimate and exact Jaccard of the plain rule; a same-text edge is confirmed unscored."""
+    params = Params(confirm=mode, threshold=0.5, shingle_size=2, num_perm=64, num_bands=16, rows_per_band=4)
+    texts = [" ".join(d) for d in docs]
+    half = len(texts) // 2
+    parts = [pd.DataFrame({"id": [f"d{i}" for i in rows], "text": pd.Series([texts[i] for i in rows], dtype=TEXT_DTYPE)})
+             for rows in (range(half), range(half, len(texts)))]
+    feats = [document_features(p, "id", "text", params, None, partition_info={"number": n}) for n, p in enumerate(parts)]
+    pairs = [(i, j) for i in range(half) for j in range(half, len(texts))]
+    key = [*feats[0]["doc"], *feats[1]["doc"]]
+    kinds = [KIND_SAME_TEXT if texts[i] == texts[j] else KIND_CANDIDATE for i, j in pairs]
+    edges = pd.DataFrame({"left": [key[i] for i, _ in pairs], "right": [key[j] for _, j in pairs],
+                          "kind": np.asarray(kinds, np.uint8), "band": np.zeros(len(pairs), np.uint8)})
+    edges = pd.concat([edges, edges.iloc[::2]], ignore_index=True)  # a pair sent by two buckets counts once
+    routes = confirm_routes(edges)
+    at_left = pairs_with_left(routes, feats[0], parts[0], "text", params)
+    scored = score_at_right(at_left, feats[1], parts[1], "text", params)
+    assert len(scored) == len(pairs)
+    sigs = signatures(texts, num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size)
+    got = {(int(r.left), int(r.right)): r for r in scored.itertuples()}
+    for i, j in pairs:
+        row = got[(key[i], key[j])]
+        if texts[i] == texts[j]:
+            assert row.same and row.confirmed and row.estimate == 1.0
+            continue
+        estimate = float(np.mean(sigs[i] == sigs[j]))
+        assert not row.same and row.estimate == np.float32(estimate)
+        if mode == "exact":
+            jaccard = _exact_jaccard(texts[i], texts[j], params.shingle_size)
+            assert row.jaccard == np.float32(jaccard) and row.confirmed == (jaccard >= params.threshold)
+        else:
+            assert np.isnan(row.jaccard) and row.confirmed == (estimate >= params.threshold)
+    graph = graph_pairs(scored, feats[1], n_new=2, partition_info={"number": 1})
+    want = pd.concat([scored[scored["confirmed"]][["left", "right"]], same_text_edges(feats[1])])
+    assert sorted(graph.to_numpy().tolist()) == sorted(want.to_numpy().tolist())
+
+
+def test_graph_pairs_add_the_partitions_own_same_text_pairs_for_this_runs_documents_only() -> None:
+    feat = _features(["a b c", "x y z", "a b c"], ["d0", "d1", "d2"], partition=1)
+    scored = pd.DataFrame({"left": np.array([5, 6], np.int64), "right": feat["doc"].iloc[:2].to_numpy(np.int64),
+                           "same": [False, False], "estimate": np.float32([0.9, 0.1]),
+                           "jaccard": np.float32([np.nan, np.nan]), "confirmed": [True, False]})
+    own = graph_pairs(scored, feat, n_new=2, partition_info={"number": 1})
+    doc = feat["doc"].to_numpy()
+    assert own.values.tolist() == [[5, doc[0]], [doc[0], doc[2]]]
+    indexed = graph_pairs(scored, feat, n_new=1, partition_info={"number": 1})  # an earlier output's partition
+    assert indexed.values.tolist() == [[5, doc[0]]]
+
+
+def test_with_ids_gives_members_their_ids_and_the_pairs_that_joined_them() -> None:
+    feat = _features(["a b c", "a b d", "x y z"], ["b", "a", "c"])
+    doc = feat["doc"].to_numpy(np.int64)
+    members = pd.DataFrame({"doc": doc[[1, 0]], "label": [doc[0], doc[0]]})
+    plain = with_ids(members, feat)
+    assert plain["_id"].tolist() == ["a", "b"] and plain["label"].tolist() == [doc[0], doc[0]]
+    scored = pd.DataFrame({"left": [doc[0]], "right": [doc[1]], "same": [False], "estimate": np.float32([0.8]),
+                           "jaccard": np.float32([0.75]), "confirmed": [True]})
+    rows = with_ids(members, feat, scored)
+    pair = rows[rows[OTHER] >= 0]
+    assert pair[["doc", OTHER, "_id"]].values.tolist() == [[doc[1], doc[0], "a"]]
+    roots = roots_of_components(rows, exact=True)
+    assert roots.set_index("_id")[["root", "matched"]].to_dict("index") == {
+        "a": {"root": "a", "matched": "b"}, "b": {"root": "a", "matched": "a"}}
+    assert roots["jaccard"].tolist() == [np.float32(0.75)] * 2
+
+
+def test_the_first_document_of_each_protected_record_is_the_one_with_the_smallest_id() -> None:
+    feat = _features(["a", "b", "c", "d"], ["z", "m", "a", "q"])
+    feat["source"] = np.int32([3, 3, CLEAN, 1])
+    first = first_per_record(feat)
+    assert first[["source", "_id"]].values.tolist() == [[1, "q"], [3, "m"]]
+    assert own_documents(pd.DataFrame({"doc": np.int64([1, 9, 20])}), first_indexed=9)["doc"].tolist() == [1]
+
+
+def test_exact_confirm_carries_each_left_document_once_to_each_partition_that_scores_it() -> None:
+    """Three documents each paired with 40 near copies in two other partitions: 6 carriers travel,
+    not 240 copies of shingles, and every pair gets the plain rule's exact Jaccard."""
+    params = Params(confirm="exact", threshold=0.5, shingle_size=2, num_perm=64, num_bands=16, rows_per_band=4)
+    lefts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(3)]
+    rights = [[f"{lefts[j % 3]} extra{p}{j}" for j in range(20)] for p in (1, 2)]
+    parts = [pd.DataFrame({"id": [f"p{n}-{i}" for i in range(len(t))], "text": pd.Series(t, dtype=TEXT_DTYPE)})
+             for n, t in enumerate([lefts, *rights])]
+    feats = [document_features(p, "id", "text", params, None, partition_info={"number": n}) for n, p in enumerate(parts)]
+    pairs = [(i, n, j) for i in range(3) for n in (1, 2) for j in range(20)]
+    routes = pd.DataFrame({"left": [feats[0]["doc"].iloc[i] for i, _, _ in pairs],
+                           "right": [feats[n]["doc"].iloc[j] for _, n, j in pairs], "same": False})
+    at_left = pairs_with_left(routes, feats[0], parts[0], "text", params)
+    assert int(at_left["_carrier"].sum()) == 6 and (at_left[~at_left["_carrier"]]["_shingles"] == b"").all()
+    for n in (1, 2):
+        here = at_left[keyspace.key_partition(at_left["right"].to_numpy()) == n]
+        scored = score_at_right(here, feats[n], parts[n], "text", params)
+        assert len(scored) == 60
+        for row in scored.itertuples():
+            i, j = keyspace.key_row(np.int64(row.left)), keyspace.key_row(np.int64(row.right))
+            assert row.jaccard == np.float32(_exact_jaccard(lefts[i], rights[n - 1][j], params.shingle_size))

@@ -59,8 +59,9 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     routes = edges.map_partitions(confirm_routes, meta=ROUTED_META)
     src = None if params.confirm == "estimate" else texts
     at_left = dd.map_partitions(pairs_with_left, route(routes, "left", n, placement, edge_rows, 24), feat, src,
-                                text_column, params, meta=left_payload_meta(params), align_dataframes=False)
-    # a left payload row: the pair and the left signature (exact Jaccard adds shingle hashes of any length)
+                                text_column, params, placement, meta=left_payload_meta(params),
+                                align_dataframes=False)
+    # a left payload row: the pair and the left signature (exact Jaccard: carriers hold those, and shingle hashes)
     payload_rows = edge_rows if params.confirm == "estimate" else None
     scored = persist(dd.map_partitions(score_at_right, route(at_left, "right", n, placement, payload_rows,
                                                                     4 * params.num_perm + 24),

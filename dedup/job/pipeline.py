@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ import pyarrow as pa
 from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
 from dedup.core.decontam import PathLike, ProtectedNgrams
 from dedup.core.text import TEXT_DTYPE
-from dedup.job import page_data, write
+from dedup.job import memory, page_data, write
 from dedup.job.buckets import buckets
 from dedup.job.components import components_on_client, components_on_cluster
 from dedup.job.compute import compute, settle, shared
@@ -194,7 +195,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
 
 def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sample: pd.DataFrame, id_column: str,
                   locate: Callable[[int], tuple[str, int]] | None, skip: bool, report: Report) -> dd.DataFrame:
-    """Refuse (or, with skip, mark SKIPPED) documents whose id an earlier run's index already holds."""
+    """Refuse (or, with skip, mark as skipped) documents whose id an earlier run's index already holds."""
     report.skipped_existing = 0
     if not count:
         return feat
@@ -316,7 +317,7 @@ def _write(plan: Plan) -> report_page.Extras:
     """The stages (`analyse`), then one round trip that writes the shards, the index's docs files and
     the removed list into the staging directory; the page's summaries."""
     report, params, staging = plan.report, plan.params, plan.staging
-    groups = [[plan.shards[i] for i in g] for g in plan.groups]
+    groups = plan.groups
     id_type = plan.schema.field(plan.id_column).type
     meta = pd.DataFrame({plan.id_column: pd.Series(dtype=np.int64 if pa.types.is_integer(id_type) else object),
                          plan.text_column: pd.Series(dtype=TEXT_DTYPE)})
@@ -324,6 +325,8 @@ def _write(plan: Plan) -> report_page.Extras:
                       id_type=id_type, meta=meta, enforce_metadata=False, label="read-shards")
     write_index = plan.write_index and plan.near and not plan.dry_run
     extras = report_page.Extras()
+    plan.features_on_disk = memory.features_on_disk(plan.features_on_disk, sum(s.rows for s in plan.shards),
+                                                    params.num_perm)
     try:
         decided = analyse(
             ddf, protected=plan.protected, near=plan.near, id_column=plan.id_column,
@@ -339,11 +342,18 @@ def _write(plan: Plan) -> report_page.Extras:
         # persisted features whole and reads the columns it needs (a projection of them would be a
         # task of its own a partition)
         lazy: dict[str, dd.DataFrame] = {}
+        split = write.split_files(groups)
+        offsets = None
+        if split and write_index:  # where each piece of a split file starts in it, for the index
+            (counts,) = compute(dd.map_partitions(write.kept_counts, decided.feat, decided.roots, inputs,
+                                                  plan.drop and plan.near, align_dataframes=False,
+                                                  meta={"partition": "int64", "piece": "int64", "kept": "int64"}))
+            offsets = shared(write.row_offsets(groups, counts))
         if not plan.dry_run:
             lazy["shards"] = dd.map_partitions(
                 write.write_group, decided.feat, decided.roots, inputs, plan.id_column,
                 plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
-                shared((plan.text_column, shown.rows_by_partition())) if shown is not None else None,
+                shared((plan.text_column, shown.rows_by_partition())) if shown is not None else None, offsets,
                 meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
                       "texts": object}, align_dataframes=False)
         if plan.write_report:
@@ -354,6 +364,12 @@ def _write(plan: Plan) -> report_page.Extras:
                 align_dataframes=False)
         with Stage(report, "report" if plan.dry_run else "write") as stage:
             got = dict(zip(lazy, compute(*lazy.values(), retries=plan.retries)))
+            if split and lazy:  # the parts of each split file joined into it, a task a file
+                joins = [(name, pieces) for name, pieces in split.items() if "shards" in lazy] + \
+                    [(f"{removed.REMOVED}/{name}", pieces) for name, pieces in split.items() if "removed" in lazy]
+                compute(*[dask.delayed(write.join_pieces)(staging.url, name, pieces) for name, pieces in joins],
+                        retries=plan.retries)
+                staging.remove(write.PIECES_DIR)
             listed = f"; {int(got['removed']['rows'].sum())} removed documents listed in {removed.REMOVED}" \
                 if "removed" in got else ""
             stage.summary = (f"{len(plan.shards)} Parquet shards to the staging directory" if "shards" in got
@@ -369,7 +385,7 @@ def _write(plan: Plan) -> report_page.Extras:
         staging.remove("_features")
         staging.remove("_labels")
     except Exception as exc:
-        _explain_killed_worker(exc, [[s.path for s in g] for g in groups],
+        _explain_killed_worker(exc, [[p.describe() for p in g] for g in groups],
                                plan.protected.nbytes / 1e6 if plan.protected else 0.0)
         raise
     return extras
@@ -476,7 +492,7 @@ def _commit(plan: Plan, output_rows: int) -> None:
 
 def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
         text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
-        components: str = "auto", retries: int = 2, features_on_disk: bool = False,
+        components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
         partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
         against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True) -> dict[str, Any]:
     """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
@@ -489,6 +505,8 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
     `dry_run`, OUTPUT gets only the manifest and the report, no shards. Unless `write_index` is
     False, a near-dedup run writes `_index/`, which a later run takes with `against` (earlier
     OUTPUTs): its documents that duplicate one of theirs are dropped, theirs always survive.
+    `features_on_disk`: keep the features on disk (True) or in worker memory (False); by default
+    (None) in memory while they fit a quarter of it (`dedup.job.memory`).
     When it returns, the job holds nothing in the cluster's memory.
     """
     plan = prepare(input, output, protected=protected, near=near, id_column=id_column, text_column=text_column,

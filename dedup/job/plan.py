@@ -98,7 +98,7 @@ class Plan:
     output: str
     shards: list[shards_mod.Shard]
     schema: pa.Schema
-    groups: list[list[int]]
+    groups: list[list[shards_mod.Piece]]
     protected: ProtectedNgrams | None
     params: Params
     near: bool
@@ -107,7 +107,7 @@ class Plan:
     text_column: str
     components: str
     retries: int
-    features_on_disk: bool
+    features_on_disk: bool | None
     dry_run: bool
     write_report: bool
     staging: Staging
@@ -123,7 +123,7 @@ class Plan:
 
 def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
             text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
-            components: str = "auto", retries: int = 2, features_on_disk: bool = False,
+            components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
             partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
             against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True) -> Plan:
     """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right.

@@ -19,22 +19,79 @@ from dedup.report import removed
 from dedup.storage import index
 from dedup.storage import shards as shards_mod
 
-Inputs = tuple[list[list[shards_mod.Shard]], pa.Schema]
-"""The input files of each partition, and the schema every output shard is written with."""
+Inputs = tuple[list[list[shards_mod.Piece]], pa.Schema]
+"""The input pieces of each partition, and the schema every output shard is written with."""
+
+PIECES_DIR = "_pieces"
+"""Where the write tasks leave the parts of an output file whose input was split across partitions
+(`<output name>/<first row>.parquet`), until `join_pieces` makes them one file."""
 
 
-def read_group(group: list[shards_mod.Shard], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
+def read_group(group: list[shards_mod.Piece], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
     return shards_mod.read_features_input(group, id_column, text_column, id_type)
+
+
+def piece_path(root: str, name: str, piece: shards_mod.Piece) -> str:
+    """Where a piece of a split file's output (`name`: its path under the staging directory) is written."""
+    return f"{root}/{PIECES_DIR}/{name}/{piece.start:012d}.parquet"
+
+
+def split_files(groups: list[list[shards_mod.Piece]]) -> dict[str, list[shards_mod.Piece]]:
+    """The output names of the input files split across partitions, with their pieces in order."""
+    out: dict[str, list[shards_mod.Piece]] = {}
+    for group in groups:
+        for piece in group:
+            if not piece.whole:
+                out.setdefault(piece.shard.name, []).append(piece)
+    return out
+
+
+def kept_counts(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs, drop: bool,
+                partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Rows kept in each piece of one partition: (partition, piece, kept), so that each piece of a
+    split file knows where its rows start in the output file (`row_offsets`)."""
+    assert partition_info is not None
+    number = partition_info["number"]
+    keep, _ = row_decisions(feat, roots, drop)
+    bounds = np.cumsum([0] + [p.rows for p in inputs[0][number]])
+    kept = [int(keep[lo:hi].sum()) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return pd.DataFrame({"partition": np.full(len(kept), number, np.int64), "piece": np.arange(len(kept)),
+                         "kept": np.asarray(kept, np.int64)})
+
+
+def row_offsets(groups: list[list[shards_mod.Piece]], counts: pd.DataFrame) -> dict[tuple[int, int], int]:
+    """(partition, piece) -> the output row its first kept row gets, for the pieces of split files."""
+    kept = {(int(p), int(i)): int(k) for p, i, k in counts[["partition", "piece", "kept"]].itertuples(index=False)}
+    before: dict[str, int] = {}
+    out: dict[tuple[int, int], int] = {}
+    for number, group in enumerate(groups):
+        for i, piece in enumerate(group):
+            if not piece.whole:
+                out[(number, i)] = before.get(piece.shard.name, 0)
+                before[piece.shard.name] = out[(number, i)] + kept[(number, i)]
+    return out
+
+
+def join_pieces(staging_url: str, name: str, pieces: list[shards_mod.Piece]) -> int:
+    """Make the parts of one split file's output (`piece_path`) the file `name`, a row group at a
+    time, in row order; the rows written."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(staging_url)
+    return shards_mod.write_joined(fs, [piece_path(root, name, p) for p in pieces], f"{root}/{name}")
 
 
 def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
                  id_column: str, drop: bool, tag: bool, staging_url: str, num_perm: int | None = None,
                  shown: tuple[str, dict[int, list[int]]] | None = None,
+                 offsets: dict[tuple[int, int], int] | None = None,
                  partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Write the output shards of one partition: each input file filtered, tagged, under its own name;
-    with `num_perm`, also this partition's index docs file (every document kept as its cluster's root).
-    `shown`: (text column, partition -> rows): the texts of those rows come back, as (key, text)
-    pairs in the "texts" column, for the report page (read here with every other column)."""
+    """Write the output shards of one partition: each input file filtered, tagged, under its own name
+    (a piece of a split file as a part, `piece_path`, joined later); with `num_perm`, also this
+    partition's index docs file (every document kept as its cluster's root), where the rows of a
+    split file's pieces start at `offsets[(partition, piece)]`. `shown`: (text column, partition
+    -> rows): the texts of those rows come back, as (key, text) pairs in the "texts" column, for the
+    report page (read here with every other column)."""
     import fsspec
 
     assert partition_info is not None
@@ -49,22 +106,24 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
     wanted = np.asarray(rows.get(partition_info["number"], []), dtype=np.int64)
     texts: list[tuple[int, Any]] = []
     offset = written = 0
-    for s in group:
-        table = shards_mod.conform(shards_mod.read_table(s.path), schema)
+    for i, piece in enumerate(group):
+        s = piece.shard
+        table = shards_mod.conform(shards_mod.read_table(s.path, None, piece.start, piece.stop), schema)
         n = table.num_rows
-        if offset + n > len(feat):
+        if offset + n > len(feat) or n != piece.rows:
             raise RuntimeError(f"{s.path} has more rows than its features; was it changed during the run?")
         here = wanted[(wanted >= offset) & (wanted < offset + n)]
         if len(here):
             got = table.column(text_column).take(pa.array(here - offset, pa.int64())).to_pylist()
             texts += zip(feat["doc"].to_numpy(np.int64)[here].tolist(), got)
         k = keep[offset:offset + n]
-        out_row[offset:offset + n] -= written
+        out_row[offset:offset + n] -= written - (0 if piece.whole or offsets is None
+                                                 else offsets[(partition_info["number"], i)])
         out_file[offset:offset + n] = s.name
         table = table.filter(pa.array(k, type=pa.bool_()))
         if tag:
             table = table.append_column(cluster_field, pa.array(cluster[offset:offset + n][k], type=cluster_field.type))
-        shards_mod.write_shard(table, fs, f"{root}/{s.name}")
+        shards_mod.write_shard(table, fs, f"{root}/{s.name}" if piece.whole else piece_path(root, s.name, piece))
         offset += n
         written += table.num_rows
     if offset != len(feat):
@@ -88,15 +147,16 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
                          "texts": pd.Series([texts], dtype=object)})
 
 
-def locator(groups: list[list[shards_mod.Shard]]) -> Callable[[int], tuple[str, int]]:
+def locator(groups: list[list[shards_mod.Piece]]) -> Callable[[int], tuple[str, int]]:
     """Maps a document key (partition, row) to its input file and the row inside it."""
     def locate(key: int) -> tuple[str, int]:
         part, row = key >> keyspace.ROW_BITS, key & ((1 << keyspace.ROW_BITS) - 1)
-        for s in groups[part]:
-            if row < s.rows:
-                return s.path, row
-            row -= s.rows
-        return groups[part][-1].path, row
+        for p in groups[part]:
+            if row < p.rows:
+                return p.shard.path, p.start + row
+            row -= p.rows
+        last = groups[part][-1]
+        return last.shard.path, last.stop + row
     return locate
 
 
@@ -113,11 +173,12 @@ def write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.Data
     table, rows = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column))
     fs, root = fsspec.core.url_to_fs(staging_url)
     offset = written = 0
-    for s in groups[partition_info["number"]]:
-        lo, hi = np.searchsorted(rows, [offset, offset + s.rows])
+    for p in groups[partition_info["number"]]:
+        lo, hi = np.searchsorted(rows, [offset, offset + p.rows])
         part = table.slice(lo, hi - lo)
-        shards_mod.write_shard(part, fs, f"{root}/{removed.REMOVED}/{s.name}")
-        offset += s.rows
+        name = f"{removed.REMOVED}/{p.shard.name}"
+        shards_mod.write_shard(part, fs, f"{root}/{name}" if p.whole else piece_path(root, name, p))
+        offset += p.rows
         written += part.num_rows
     return pd.DataFrame({"rows": [written]})
 

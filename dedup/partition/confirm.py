@@ -15,6 +15,7 @@ from dedup.core.text import encode_batch, texts_of
 from dedup.partition.buckets import KIND_SAME_TEXT, same_text_edges
 from dedup.partition.codec import payload_sigs, sig_payload
 from dedup.partition.features import signatures_of
+from dedup.partition.keyspace import OWN, Placement
 from dedup.partition.rows import concat_rows, rows_of
 
 PAIR_META = pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64)})
@@ -42,13 +43,22 @@ def _distinct_routes(lo: NDArray[np.int64], hi: NDArray[np.int64], same: NDArray
     return pd.DataFrame({"left": lo[keep], "right": hi[keep], "same": same[keep].astype(bool)})
 
 
+CARRIER = "_carrier"
+"""With exact Jaccard, the rows routed to the right documents' partitions are of two kinds: a pair
+(no payload), and a carrier, one per left document and destination partition, holding that
+document's signature and shingle hashes. A document's shingles travel once to each partition
+that scores it, not once per pair: memory grows with the documents, not with their pairs."""
+
+
 def left_payload_meta(params: Params) -> pd.DataFrame:
     cols: dict[str, Any] = {"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
                             "same": pd.Series(dtype=bool)}
     cols["_sig"] = sig_payload(np.zeros((0, params.num_perm), dtype=np.uint32))
     if params.confirm == "exact":
         cols["_shingles"] = pd.Series(dtype=object)
+        cols[CARRIER] = pd.Series(dtype=bool)
     return pd.DataFrame(cols)
+
 
 SCORED_META = pd.DataFrame({
     "left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64), "same": pd.Series(dtype=bool),
@@ -86,63 +96,90 @@ def shingle_sets(texts: list[str | None], shingle_size: int,
 
 
 def pairs_with_left(routes: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
-                    params: Params) -> pd.DataFrame:
+                    params: Params, placement: Placement = OWN) -> pd.DataFrame:
     """At the partition of each pair's left document: one row per distinct pair (`confirm_routes`
-    rows), with, for pairs to score, what scoring needs from the left side (its
-    signature, and for exact Jaccard its shingle hashes)."""
+    rows), with what scoring needs from the left side: its signature on each pair to score, or,
+    with exact Jaccard, on a `CARRIER` row per left document and destination partition (by
+    `placement` of the right document) with its shingle hashes too."""
     if routes.empty:
         return left_payload_meta(params)
     routes = _distinct_routes(routes["left"].to_numpy(np.int64), routes["right"].to_numpy(np.int64),
                               routes["same"].to_numpy(bool))  # distinct across the bucket ranges that sent them
     lo, hi = routes["left"].to_numpy(np.int64), routes["right"].to_numpy(np.int64)
     same = routes["same"].to_numpy(bool)
-    rows = rows_of(feat, lo)
-    sigs = signatures_of(feat, params.num_perm, rows)
-    out = pd.DataFrame({"left": lo, "right": hi, "same": same})
-    out = out.assign(_sig=sig_payload(sigs, ~same).values)
     if params.confirm == "estimate":
-        return out
+        sigs = signatures_of(feat, params.num_perm, rows_of(feat, lo))
+        return pd.DataFrame({"left": lo, "right": hi, "same": same}).assign(_sig=sig_payload(sigs, ~same).values)
     assert part is not None
-    texts = texts_of(part[text_column])
     score = np.flatnonzero(~same)
-    values, offsets = shingle_sets([texts[rows[i]] for i in score], params.shingle_size, params.shingle_unit)
-    blobs: list[bytes] = [b""] * len(out)
-    for j, i in enumerate(score):
-        blobs[i] = values[offsets[j]:offsets[j + 1]].tobytes()
-    return out.assign(_shingles=pd.Series(blobs, dtype=object))
+    # one carrier per (left document, destination partition), routed with the smallest right key there
+    dest = placement(hi[score])
+    order = np.lexsort((hi[score], dest, lo[score]))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (lo[score][order][1:] != lo[score][order][:-1]) | (dest[order][1:] != dest[order][:-1])
+    c_lo, c_hi = lo[score][order][first], hi[score][order][first]
+    docs, inverse = np.unique(rows_of(feat, c_lo), return_inverse=True)
+    texts = texts_of(part[text_column])
+    values, offsets = shingle_sets([texts[r] for r in docs], params.shingle_size, params.shingle_unit)
+    blobs = [values[offsets[d]:offsets[d + 1]].tobytes() for d in range(len(docs))]
+    sigs = signatures_of(feat, params.num_perm, docs)[inverse]
+    n, m = len(lo), len(c_lo)
+    pairs = pd.DataFrame({"left": lo, "right": hi, "same": same,
+                          "_sig": sig_payload(np.zeros((n, params.num_perm), np.uint32), np.zeros(n, bool)).values,
+                          "_shingles": pd.Series([b""] * n, dtype=object), CARRIER: np.zeros(n, bool)})
+    carriers = pd.DataFrame({"left": c_lo, "right": c_hi, "same": np.zeros(m, bool), "_sig": sig_payload(sigs).values,
+                             "_shingles": pd.Series([blobs[d] for d in inverse], dtype=object),
+                             CARRIER: np.ones(m, bool)})
+    return concat_rows([pairs, carriers])
 
 
 def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
                    params: Params) -> pd.DataFrame:
     """At the partition of each pair's right document: every pair to score gets its estimate (and
     exact Jaccard) and whether it reaches the threshold by the chosen confirm mode; same-text pairs
-    are confirmed with similarity 1."""
+    are confirmed with similarity 1. Each right document's signature and shingles are taken once,
+    however many pairs it is in; with exact Jaccard, each left document's come once, on its carrier."""
     from dedup.core.minhash import pair_estimates
 
     if len(rows) == 0:
         return SCORED_META.copy()
     rows = rows.reset_index(drop=True)
+    exact = params.confirm == "exact"
+    carriers = None
+    if exact:
+        is_carrier = rows[CARRIER].to_numpy(bool)
+        carriers, rows = rows[is_carrier], rows[~is_carrier].reset_index(drop=True)
     same = rows["same"].to_numpy(bool)
     score = np.flatnonzero(~same)
     n = len(score)
     right_keys = rows["right"].to_numpy(np.int64)
-    right_rows = rows_of(feat, right_keys[score])
-    sigs = np.concatenate([payload_sigs(rows["_sig"].iloc[score], params.num_perm),
-                           signatures_of(feat, params.num_perm, right_rows)])
+    right_docs, right_at = np.unique(rows_of(feat, right_keys[score]), return_inverse=True)
+    if carriers is None:
+        left_sigs, left_at = payload_sigs(rows["_sig"].iloc[score], params.num_perm), np.arange(n)
+    else:
+        keys, first = np.unique(carriers["left"].to_numpy(np.int64), return_index=True)
+        carriers = carriers.iloc[first]
+        left_keys = rows["left"].to_numpy(np.int64)[score]
+        left_at = np.searchsorted(keys, left_keys)
+        if n and (left_at.max() >= len(keys) or not np.array_equal(keys[left_at], left_keys)):
+            raise RuntimeError("A pair to score arrived without its left document; please report this as a bug.")
+        left_sigs = payload_sigs(carriers["_sig"], params.num_perm)
+    sigs = np.concatenate([left_sigs, signatures_of(feat, params.num_perm, right_docs)])
     estimate = np.ones(len(rows), dtype=np.float64)
-    estimate[score] = pair_estimates(sigs, np.arange(n), np.arange(n, 2 * n))
-    jaccard = np.full(len(rows), 1.0 if params.confirm == "exact" else np.nan)
+    estimate[score] = pair_estimates(sigs, left_at, len(left_sigs) + right_at)
+    jaccard = np.full(len(rows), 1.0 if exact else np.nan)
     confirmed = np.ones(len(rows), dtype=bool)
-    if params.confirm == "exact":
+    if carriers is not None:
         assert part is not None
         texts = texts_of(part[text_column])
-        b_vals, b_off = shingle_sets([texts[r] for r in right_rows], params.shingle_size, params.shingle_unit)
-        blobs = rows["_shingles"].iloc[score].tolist()
-        lengths = np.fromiter((len(b) // 8 for b in blobs), dtype=np.int64, count=n)
-        a_off = np.zeros(n + 1, dtype=np.int64)
+        b_vals, b_off = shingle_sets([texts[r] for r in right_docs], params.shingle_size, params.shingle_unit)
+        blobs = carriers["_shingles"].tolist()
+        lengths = np.fromiter((len(b) // 8 for b in blobs), dtype=np.int64, count=len(blobs))
+        a_off = np.zeros(len(blobs) + 1, dtype=np.int64)
         np.cumsum(lengths, out=a_off[1:])
         a_vals = np.frombuffer(b"".join(blobs), dtype=np.uint64)
-        jaccard[score] = _kernels.sorted_jaccard(a_vals, a_off[:-1], a_off[1:], b_vals, b_off[:-1], b_off[1:])
+        jaccard[score] = _kernels.sorted_jaccard(a_vals, a_off[left_at], a_off[left_at + 1],
+                                                 b_vals, b_off[right_at], b_off[right_at + 1])
         confirmed[score] = jaccard[score] >= params.threshold
     else:
         confirmed[score] = estimate[score] >= params.threshold

@@ -24,7 +24,7 @@ def row_decisions(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool) ->
     if roots is not None and len(roots):
         rows = key_row(roots["doc"].to_numpy(np.int64))
         cluster[rows] = roots["root"].to_numpy()
-    keep = feat["source"].to_numpy() == CLEAN
+    keep = (feat["source"].to_numpy() == CLEAN) & ~feat["skipped"].to_numpy(bool)
     if drop:
         keep &= cluster == own
     return keep, cluster

@@ -25,17 +25,15 @@ from dedup.partition.rows import rows_of
 CLEAN = -1
 """`source` of a document that overlaps no protected record (>= 0: the record it overlaps)."""
 
-SKIPPED = -2
-"""`source` of a document skipped because its id is already in an earlier output's index (--skip-existing)."""
-
 
 def mark_skipped(feat: pd.DataFrame, skipped: pd.DataFrame) -> pd.DataFrame:
-    """Mark the documents keyed in `skipped` (this partition's) as SKIPPED: they take no part in near-dedup."""
+    """Mark the documents keyed in `skipped` (this partition's) as skipped (--skip-existing: an earlier
+    output's index holds their ids): they are left out of OUTPUT and take no part in near-dedup."""
     if skipped.empty:
         return feat
     rows = rows_of(feat, skipped["doc"].to_numpy(np.int64))
     out = feat.copy()
-    for column, value in (("source", SKIPPED), ("tkey", 0), ("tkey2", 0)):
+    for column, value in (("skipped", True), ("tkey", 0), ("tkey2", 0)):
         values = out[column].to_numpy().copy()
         values[rows] = value
         out[column] = values
@@ -62,6 +60,7 @@ def features_meta(num_perm: int, id_dtype: Any) -> pd.DataFrame:
         "tkey2": pd.Series(dtype=np.uint64),
         "source": pd.Series(dtype=np.int32),
         "source_gram": pd.Series(dtype=np.int64),
+        "skipped": pd.Series(dtype=bool),
     }
     cols[SIG] = sig_payload(np.zeros((0, num_perm), dtype=np.uint32))
     return pd.DataFrame(cols)
@@ -74,7 +73,8 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
     tkey/tkey2: two independent 64-bit hashes of the document's words (0 for a document with
     no words or a contaminated one: such documents take no part in near-dedup).
     source: the smallest index of a protected record it overlaps, -1 when clean; source_gram: the
-    smallest index of an n-gram of that record it holds (for reports), -1 when clean.
+    smallest index of an n-gram of that record it holds (for reports), -1 when clean; skipped: False
+    (`mark_skipped` sets it).
     """
     n = len(part)
     if protected is not None and len(protected) and params.ngram_size != protected.ngram_size:
@@ -104,7 +104,7 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
     number = partition_info["number"] if partition_info else 0
     return pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(number, n), "tkey": tkey,
                          "tkey2": tkey2, "source": source.astype(np.int32), "source_gram": source_gram,
-                         SIG: sig_payload(sigs).array}, index=range(n))
+                         "skipped": np.zeros(n, bool), SIG: sig_payload(sigs).array}, index=range(n))
 
 
 def first_per_record(feat: pd.DataFrame) -> pd.DataFrame:

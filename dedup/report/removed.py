@@ -19,7 +19,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.core.decontam import ProtectedNgrams
-from dedup.partition.features import CLEAN, SKIPPED
+from dedup.partition.features import CLEAN
 from dedup.partition.keyspace import key_row
 
 REPORT_DIR = "_report"
@@ -47,8 +47,8 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
     ids = feat["_id"].to_numpy(dtype=np.int64 if pd.api.types.is_integer_dtype(feat["_id"].dtype) else object)
     source = feat["source"].to_numpy()
     contaminated = source >= 0
-    skipped = source == SKIPPED
-    near = (source == CLEAN) & (cluster != ids)
+    skipped = feat["skipped"].to_numpy(bool)
+    near = (source == CLEAN) & ~skipped & (cluster != ids)
     take = np.flatnonzero(contaminated | near | skipped)
     n = len(feat)
     matched = np.full(n, None, dtype=object)

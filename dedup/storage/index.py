@@ -560,6 +560,7 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     return pd.DataFrame({"_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=id_dtype), "doc": docs,
                          "tkey": taken.column("tkey").to_numpy(), "tkey2": taken.column("tkey2").to_numpy(),
                          "source": np.full(n, CLEAN, np.int32), "source_gram": np.full(n, -1, np.int64),
+                         "skipped": np.zeros(n, bool),
                          SIG: sig_payload(from_fixed_binary(taken.column("signature"), params.num_perm)).array,
                          "_text": pd.Series(texts, dtype=TEXT_DTYPE)})
 

@@ -32,18 +32,46 @@ from dedup.storage.safety import UsageError, is_url
 CLUSTER_COLUMN = "minhash_cluster"
 PARTITION_BYTES = 64 * 2**20
 """... or this many uncompressed bytes (`PARTITION_ROWS`, in `dedup.config`, bounds the rows); a larger
-file is one partition of its own."""
+file is split into pieces of whole row groups within both bounds, and a row group above them into
+row ranges read in record batches (`Piece`)."""
+READ_BATCH_ROWS = 65_536
+"""Rows a reader decodes at a time when it reads part of a row group (a piece of one that is above the bounds)."""
 
 
 @dataclass(frozen=True)
 class Shard:
-    """One input Parquet file: where it is, its output name, rows, uncompressed bytes and schema."""
+    """One input Parquet file: where it is, its output name, rows, uncompressed bytes, schema, and
+    the rows and uncompressed bytes of each of its row groups."""
 
     path: str
     name: str
     rows: int
     nbytes: int
     schema: pa.Schema
+    group_rows: tuple[int, ...] = ()
+    group_bytes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Rows [start, stop) of one input file: what a partition reads (one or more consecutive pieces).
+    A file within the partition bounds is one piece; a larger one is several (`partitions`)."""
+
+    shard: Shard
+    start: int
+    stop: int
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.stop == self.shard.rows
+
+    def describe(self) -> str:
+        """The file, and the rows when the piece is part of it (for messages)."""
+        return self.shard.path if self.whole else f"{self.shard.path} rows {self.start}-{self.stop - 1}"
 
 
 def open_input(path: str) -> Any:
@@ -103,13 +131,14 @@ def output_names(files: Sequence[str]) -> list[str]:
     return names
 
 
-def _footer(path: str) -> tuple[int, int, pa.Schema] | Exception:
+def _footer(path: str) -> tuple[int, int, pa.Schema, tuple[int, ...], tuple[int, ...]] | Exception:
     try:
         with open_input(path) as fh:
             pf = pq.ParquetFile(fh)
             md = pf.metadata
-            nbytes = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
-            return md.num_rows, nbytes, pf.schema_arrow
+            groups = [md.row_group(i) for i in range(md.num_row_groups)]
+            sizes = tuple(g.total_byte_size for g in groups)
+            return md.num_rows, sum(sizes), pf.schema_arrow, tuple(g.num_rows for g in groups), sizes
     except Exception as exc:  # pyarrow raises several types for bad files
         return UsageError(f"Input file {path!r} is not a readable Parquet file ({type(exc).__name__}: {exc}). "
                           "Remove it from the input or repair it.")
@@ -247,30 +276,77 @@ def _is_text(t: pa.DataType) -> bool:
         pa.types.is_dictionary(t) and _is_text(t.value_type))
 
 
-def partitions(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int = PARTITION_BYTES) -> list[list[int]]:
-    """Consecutive shards grouped into partitions of about `rows` rows or `nbytes` bytes."""
-    groups: list[list[int]] = []
-    cur: list[int] = []
+def pieces_of(shard: Shard, rows: int = PARTITION_ROWS, nbytes: int = PARTITION_BYTES) -> list[Piece]:
+    """The file whole when it is within both bounds; otherwise runs of consecutive row groups within
+    them, and a row group above them cut into equal row ranges that are."""
+    if (shard.rows <= rows and shard.nbytes <= nbytes) or not shard.group_rows:
+        return [Piece(shard, 0, shard.rows)]
+    out: list[Piece] = []
+    start = pos = run_bytes = 0
+    for g_rows, g_bytes in zip(shard.group_rows, shard.group_bytes):
+        if pos > start and (pos - start + g_rows > rows or run_bytes + g_bytes > nbytes):
+            out.append(Piece(shard, start, pos))
+            start, run_bytes = pos, 0
+        if g_rows > rows or g_bytes > nbytes:  # one row group above the bounds: row ranges of it
+            cuts = max(-(-g_rows // rows), -(-g_bytes // nbytes))
+            step = -(-g_rows // cuts)
+            out += [Piece(shard, lo, min(lo + step, pos + g_rows)) for lo in range(pos, pos + g_rows, step)]
+            start = pos + g_rows
+        else:
+            run_bytes += g_bytes
+        pos += g_rows
+    if pos > start:
+        out.append(Piece(shard, start, pos))
+    return out
+
+
+def partitions(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int = PARTITION_BYTES) -> list[list[Piece]]:
+    """Consecutive pieces (`pieces_of`) grouped into partitions of about `rows` rows or `nbytes` bytes."""
+    groups: list[list[Piece]] = []
+    cur: list[Piece] = []
     cur_rows = cur_bytes = 0
-    for i, s in enumerate(shards):
-        if cur and (cur_rows + s.rows > rows or cur_bytes + s.nbytes > nbytes):
-            groups.append(cur)
-            cur, cur_rows, cur_bytes = [], 0, 0
-        cur.append(i)
-        cur_rows += s.rows
-        cur_bytes += s.nbytes
+    for s in shards:
+        for piece in pieces_of(s, rows, nbytes):
+            size = s.nbytes * piece.rows // max(s.rows, 1)
+            if cur and (cur_rows + piece.rows > rows or cur_bytes + size > nbytes):
+                groups.append(cur)
+                cur, cur_rows, cur_bytes = [], 0, 0
+            cur.append(piece)
+            cur_rows += piece.rows
+            cur_bytes += size
     if cur:
         groups.append(cur)
     return groups
 
 
-def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
-    """The file's rows exactly as stored (no pandas metadata applied, no partition columns guessed).
+def read_table(path: str, columns: list[str] | None = None, start: int = 0, stop: int | None = None) -> pa.Table:
+    """The file's rows exactly as stored (no pandas metadata applied, no partition columns guessed),
+    or rows [start, stop) of it: only the row groups holding them are read, in record batches.
 
     Decoded on the calling thread: a task already has its core (a worker runs a task a core), and
     Arrow's pool of a thread a core only adds hand-offs."""
     with open_input(path) as fh:
-        return pq.ParquetFile(fh).read(columns=columns, use_pandas_metadata=False, use_threads=False)
+        pf = pq.ParquetFile(fh)
+        md = pf.metadata
+        if start == 0 and (stop is None or stop >= md.num_rows):
+            return pf.read(columns=columns, use_pandas_metadata=False, use_threads=False)
+        sizes = np.asarray([md.row_group(i).num_rows for i in range(md.num_row_groups)], np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        first = int(np.searchsorted(starts, start, side="right")) - 1
+        last = int(np.searchsorted(starts, stop, side="left"))
+        schema = pf.schema_arrow if columns is None else pa.schema([pf.schema_arrow.field(c) for c in columns],
+                                                                      metadata=pf.schema_arrow.metadata)
+        kept: list[pa.RecordBatch] = []
+        pos = int(starts[first])
+        for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=range(first, last), columns=columns,
+                                     use_threads=False, use_pandas_metadata=False):
+            lo, hi = max(start - pos, 0), min(stop - pos, batch.num_rows)
+            if hi > lo:
+                kept.append(batch.slice(lo, hi - lo))
+            pos += batch.num_rows
+            if pos >= stop:
+                break
+        return pa.Table.from_batches(kept, schema=schema)
 
 
 def read_rows(path: str, rows: Sequence[int], column: str) -> list[Any]:
@@ -322,8 +398,8 @@ def _bad_utf8(path: str, column: pa.ChunkedArray, text_column: str, row0: int = 
         row += len(chunk)
 
 
-def read_features_input(shards: Sequence[Shard], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
-    """The id and text columns of `shards`, concatenated, for the features stage.
+def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
+    """The id and text columns of `pieces`, concatenated, for the features stage.
 
     Ids come as int64 (integer ids) or Python strings; texts as an Arrow-backed column
     (`dedup.core.text.TEXT_DTYPE`, read in place by the features stage). A null id or text that is not
@@ -331,22 +407,23 @@ def read_features_input(shards: Sequence[Shard], id_column: str, text_column: st
     """
     ids: list[Any] = []
     texts: list[pa.Array] = []
-    for s in shards:
-        t = read_table(s.path, [id_column, text_column])
+    for piece in pieces:
+        s = piece.shard
+        t = read_table(s.path, [id_column, text_column], piece.start, piece.stop)
         idc, txt = t.column(id_column), t.column(text_column)
         if idc.null_count:
-            row = int(np.flatnonzero(idc.is_null().to_numpy(zero_copy_only=False))[0])
+            row = piece.start + int(np.flatnonzero(idc.is_null().to_numpy(zero_copy_only=False))[0])
             raise ValueError(f"{s.path}: row {row} has a null id in column {id_column!r}; every document needs a unique id.")
         if pa.types.is_dictionary(txt.type):
             txt = txt.cast(txt.type.value_type)
         if not pa.types.is_null(txt.type):
-            _bad_utf8(s.path, txt, text_column)
+            _bad_utf8(s.path, txt, text_column, piece.start)
         if pa.types.is_integer(id_type):
             try:
                 ids.append(idc.cast(pa.int64()).to_numpy())
             except pa.ArrowInvalid:
                 raw = idc.cast(pa.uint64()).to_numpy()
-                row = int(np.flatnonzero(raw > INT64_MAX)[0])
+                row = piece.start + int(np.flatnonzero(raw > INT64_MAX)[0])
                 raise _too_large(f"{s.path}: row {row} of the id column {id_column!r} is {raw[row]}") from None
         else:
             if pa.types.is_dictionary(idc.type):
@@ -370,3 +447,27 @@ def write_shard(table: pa.Table, fs: Any, path: str) -> None:
         fs.makedirs(parent, exist_ok=True)
     with fs.open(path, "wb") as fh:
         pq.write_table(table, fh)
+
+
+def write_joined(fs: Any, parts: Sequence[str], path: str) -> int:
+    """Write the row groups of `parts` (Parquet files of one schema), in order, as the file `path`,
+    one row group in memory at a time, unless its run has ended; the rows written."""
+    from dedup.storage.staging import check_live
+
+    check_live(fs, path)
+    parent = posixpath.dirname(path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    rows = 0
+    with fs.open(parts[0], "rb") as fh:
+        schema = pq.ParquetFile(fh).schema_arrow
+    with fs.open(path, "wb") as out, pq.ParquetWriter(out, schema) as writer:
+        for part in parts:
+            with fs.open(part, "rb") as fh:
+                pf = pq.ParquetFile(fh)
+                for g in range(pf.metadata.num_row_groups):
+                    table = pf.read_row_group(g, use_pandas_metadata=False, use_threads=False)
+                    if table.num_rows:
+                        writer.write_table(table)
+                        rows += table.num_rows
+    return rows

@@ -1,4 +1,4 @@
-"""Pipeline stages as pure functions, without a cluster."""
+"""Bucket edges, document keys and closest matches as pure functions of one partition, without a cluster."""
 
 from __future__ import annotations
 

@@ -1,0 +1,137 @@
+"""A file above the partition bound is read as several partitions, by row groups (or row ranges of
+a row group above the bound), and written back as one file with its rows in order: the kept rows,
+their clusters, the removed list and the index are those of the same rows written as many files."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dedup import Params
+from dedup.job.pipeline import run
+from dedup.storage import shards
+
+PARAMS = Params(max_bucket=4)
+
+
+def _shard(group_rows: list[int], group_bytes: list[int] | None = None) -> shards.Shard:
+    sizes = group_bytes or [10 * r for r in group_rows]
+    return shards.Shard("f.parquet", "f.parquet", sum(group_rows), sum(sizes), pa.schema([]), tuple(group_rows),
+                        tuple(sizes))
+
+
+@given(st.lists(st.integers(0, 400), min_size=1, max_size=12), st.integers(1, 300), st.integers(100, 5000))
+def test_pieces_cover_the_file_in_order_within_the_bounds(group_rows: list[int], rows: int, nbytes: int) -> None:
+    shard = _shard(group_rows)
+    pieces = shards.pieces_of(shard, rows=rows, nbytes=nbytes)
+    assert pieces[0].start == 0 and pieces[-1].stop == shard.rows
+    assert all(a.stop == b.start for a, b in zip(pieces, pieces[1:]))
+    if shard.rows <= rows and shard.nbytes <= nbytes:
+        assert len(pieces) == 1 and pieces[0].whole
+        return
+    bounds = set(np.cumsum([0, *group_rows]).tolist())
+    for p in pieces:
+        assert p.rows <= rows and 10 * p.rows <= nbytes + 10  # a row range's rows are rounded up
+        inside = [b for b in bounds if p.start < b < p.stop]
+        assert not inside or p.start in bounds  # a run of whole groups, or a range inside one group
+    small = _shard([5])
+    groups = shards.partitions([shard, small], rows=rows, nbytes=nbytes)
+    assert [p for g in groups for p in g] == [*pieces, *shards.pieces_of(small, rows=rows, nbytes=nbytes)]
+    assert all(sum(p.rows for p in g) <= rows or len(g) == 1 for g in groups)
+
+
+def _corpus(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame[["id", "text"]].copy()
+    out["when"] = pd.to_datetime("2024-01-01") + pd.to_timedelta(np.arange(len(out)), unit="min")
+    out["tags"] = [[f"t{i % 3}"] * (i % 4) for i in range(len(out))]
+    out["meta"] = [{"n": i, "src": None if i % 5 == 0 else f"s{i % 7}"} for i in range(len(out))]
+    return out.reset_index(drop=True)
+
+
+def _rows(out: Path) -> pa.Table:
+    files = sorted(f for f in glob.glob(str(out / "**" / "*.parquet"), recursive=True)
+                   if "/_" not in f[len(str(out)):])
+    return pa.concat_tables([pq.read_table(f) for f in files]).sort_by("id")
+
+
+def _removed(out: Path) -> pd.DataFrame:
+    return pd.read_parquet(out / "_report" / "removed.parquet").sort_values("id").reset_index(drop=True)
+
+
+def _index_points_at_its_rows(out: Path) -> None:
+    """Each indexed document's (file, row) in OUTPUT holds that document."""
+    docs = pd.concat([pd.read_parquet(f) for f in sorted((out / "_index" / "docs").glob("*.parquet"))])
+    docs = docs[docs["file"].notna()]
+    assert len(docs)
+    for name, rows in docs.groupby("file", observed=True):
+        ids = pq.read_table(out / str(name), columns=["id"]).column("id").to_pylist()
+        assert [ids[r] for r in rows["row"]] == rows["id"].tolist()
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(20, 200), st.integers(60, 400))
+def test_one_file_split_by_row_groups_gives_what_many_files_give(skewed_frame: pd.DataFrame, tmp_path_factory,
+                                                                 group: int, bound: int) -> None:
+    tmp = tmp_path_factory.mktemp("split")
+    frame = _corpus(skewed_frame)
+    (tmp / "one").mkdir()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp / "one" / "all.parquet", row_group_size=group)
+    (tmp / "many").mkdir()
+    for i, lo in enumerate(range(0, len(frame), 100)):
+        frame.iloc[lo:lo + 100].to_parquet(tmp / "many" / f"part-{i:02d}.parquet", index=False)
+    one = run(str(tmp / "one"), str(tmp / "out-one"), params=PARAMS, partition_rows=bound)
+    run(str(tmp / "many"), str(tmp / "out-many"), params=PARAMS)
+    assert one["partitions"] >= -(-len(frame) // max(bound, group)) and one["input_files"] == 1
+    assert _rows(tmp / "out-one").equals(_rows(tmp / "out-many"))
+    pd.testing.assert_frame_equal(_removed(tmp / "out-one"), _removed(tmp / "out-many"))
+    # one output file, its rows in the input's order
+    written = pq.read_table(tmp / "out-one" / "all.parquet")
+    order = {i: n for n, i in enumerate(frame["id"])}
+    assert [order[i] for i in written.column("id").to_pylist()] == sorted(order[i] for i in written.column("id").to_pylist())
+    assert not (tmp / "out-one" / "_pieces").exists()
+    _index_points_at_its_rows(tmp / "out-one")
+
+
+def test_a_row_group_above_the_bound_is_read_in_row_ranges(skewed_frame: pd.DataFrame, tmp_path: Path) -> None:
+    frame = _corpus(skewed_frame)
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / "in" / "all.parquet")  # one row group
+    whole = run(str(tmp_path / "in"), str(tmp_path / "whole"), params=PARAMS)
+    split = run(str(tmp_path / "in"), str(tmp_path / "split"), params=PARAMS, partition_rows=100)
+    assert whole["partitions"] == 1 and split["partitions"] == -(-len(frame) // 100)
+    assert _rows(tmp_path / "split").equals(_rows(tmp_path / "whole"))
+    pd.testing.assert_frame_equal(_removed(tmp_path / "split"), _removed(tmp_path / "whole"))
+    assert split["output_rows"] == whole["output_rows"] < len(frame)
+    _index_points_at_its_rows(tmp_path / "split")
+
+
+def test_a_later_run_against_a_split_file_output_finds_its_documents(skewed_frame: pd.DataFrame, tmp_path: Path) -> None:
+    frame = _corpus(skewed_frame)
+    (tmp_path / "old").mkdir()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / "old" / "all.parquet", row_group_size=50)
+    run(str(tmp_path / "old"), str(tmp_path / "r1"), params=PARAMS, partition_rows=120)
+    new = frame.iloc[:40].assign(id=[f"new-{i}" for i in range(40)])
+    (tmp_path / "new").mkdir()
+    new.to_parquet(tmp_path / "new" / "crawl.parquet", index=False)
+    got = run(str(tmp_path / "new"), str(tmp_path / "r2"), params=PARAMS, against=[str(tmp_path / "r1")])
+    assert got["output_rows"] == 0  # every new document is a copy of one the earlier output holds
+    removed = _removed(tmp_path / "r2")
+    kept = set(pq.read_table(tmp_path / "r1" / "all.parquet", columns=["id"]).column("id").to_pylist())
+    assert set(removed["root"]) <= kept
+
+
+@pytest.mark.parametrize("start,stop", [(0, 7), (5, 60), (49, 51), (100, 562)])
+def test_reading_rows_of_a_file_gives_those_rows(tmp_path: Path, start: int, stop: int) -> None:
+    table = pa.table({"id": pa.array(range(562)), "text": pa.array([f"t{i}" for i in range(562)])})
+    pq.write_table(table, tmp_path / "f.parquet", row_group_size=50)
+    got = shards.read_table(str(tmp_path / "f.parquet"), ["text"], start, stop)
+    assert got.column("text").to_pylist() == [f"t{i}" for i in range(start, stop)]
+    assert shards.read_table(str(tmp_path / "f.parquet"), None, start, stop).equals(table.slice(start, stop - start))
