@@ -73,10 +73,10 @@ def _index_points_at_its_rows(out: Path) -> None:
     assert len(docs)
     for name, rows in docs.groupby("file", observed=True):
         ids = pq.read_table(out / str(name), columns=["id"]).column("id").to_pylist()
-        assert [ids[r] for r in rows["row"]] == rows["id"].tolist()
+        assert [ids[int(r)] for r in rows["row"]] == rows["id"].tolist()
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(st.integers(20, 200), st.integers(60, 400))
 def test_one_file_split_by_row_groups_gives_what_many_files_give(skewed_frame: pd.DataFrame, tmp_path_factory,
                                                                  group: int, bound: int) -> None:

@@ -25,7 +25,8 @@ from dedup.partition.confirm import confirm_routes, graph_pairs, pairs_with_left
 from dedup.partition.features import document_features, signatures_of
 from dedup.partition.roots import roots_of_components, with_ids
 
-LOCAL = {"scheduler": "sync", "dataframe.shuffle.method": "tasks"}
+LOCAL = {"scheduler": "sync", "dataframe.shuffle.method": "tasks", "dataframe.convert-string": False}
+"""The synchronous scheduler, and ids as the job reads them (Python strings, not dask's string dtype)."""
 PARAMS = Params(max_bucket=4)
 
 

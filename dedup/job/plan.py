@@ -167,6 +167,10 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
             stage.summary = f"{len(prot)} distinct {params.ngram_size}-grams from {len(prot.files)} file(s)"
     staging = Staging(output)
     groups = shards_mod.partitions(found, rows=partition_rows)
+    if big := shards_mod.oversized_groups(found, rows=partition_rows):
+        log.info("%d input file(s) hold a row group above the partition bound (%s: %d rows): each is read in row "
+                 "ranges that decode it from its start; row groups of at most %d rows read faster", len(big),
+                 big[0][0].path, big[0][1], partition_rows)
     return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, components,
                 retries, features_on_disk, dry_run, write_report, staging, report, start, parts, skip_existing,
                 write_index)

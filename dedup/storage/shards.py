@@ -300,6 +300,15 @@ def pieces_of(shard: Shard, rows: int = PARTITION_ROWS, nbytes: int = PARTITION_
     return out
 
 
+def oversized_groups(shards: Sequence[Shard], rows: int = PARTITION_ROWS,
+                     nbytes: int = PARTITION_BYTES) -> list[tuple[Shard, int]]:
+    """(file, rows of its largest row group) for each file holding a row group above the bounds:
+    such a group is read in row ranges, each decoding it from its start (Parquet has no way to
+    start inside a row group), so it is read about (ranges + 1) / 2 times."""
+    return [(s, max(s.group_rows)) for s in shards if s.group_rows and (s.rows > rows or s.nbytes > nbytes)
+            and any(r > rows or b > nbytes for r, b in zip(s.group_rows, s.group_bytes))]
+
+
 def partitions(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int = PARTITION_BYTES) -> list[list[Piece]]:
     """Consecutive pieces (`pieces_of`) grouped into partitions of about `rows` rows or `nbytes` bytes."""
     groups: list[list[Piece]] = []
@@ -328,7 +337,8 @@ def read_table(path: str, columns: list[str] | None = None, start: int = 0, stop
     with open_input(path) as fh:
         pf = pq.ParquetFile(fh)
         md = pf.metadata
-        if start == 0 and (stop is None or stop >= md.num_rows):
+        stop = md.num_rows if stop is None else min(stop, md.num_rows)
+        if start == 0 and stop == md.num_rows:
             return pf.read(columns=columns, use_pandas_metadata=False, use_threads=False)
         sizes = np.asarray([md.row_group(i).num_rows for i in range(md.num_row_groups)], np.int64)
         starts = np.concatenate([[0], np.cumsum(sizes)])
