@@ -10,6 +10,7 @@ every process's peak RSS (sampled every 0.1 s), seconds and documents per second
     python benchmarks/scale.py                          # 250,000 and 2,000,000 documents
     python benchmarks/scale.py --docs 50000 200000      # a quick look
     python benchmarks/scale.py --docs 1000000 --modes client --job-args=--no-index
+    python benchmarks/scale.py --docs 1000000 10000000 --modes client --memory-limit 2GiB   # memory-limited workers
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 SHARD = 50_000
+ROW_GROUP = 25_000
+"""Rows a row group of the shards: a shard is read as two partitions of whole row groups."""
 WORDS = 60
 
 
@@ -49,7 +52,8 @@ def write_corpus(docs: int, out: Path, seed: int = 0) -> None:
         words[rows, pos[rows]] = rng.integers(0, len(vocab), len(rows))
         texts = [" ".join(vocab[w]) for w in words]
         ids = [f"doc-{start + i:010d}" for i in range(n)]
-        pq.write_table(pa.table({"id": ids, "text": texts}), out / f"shard-{start // SHARD:05d}.parquet")
+        pq.write_table(pa.table({"id": ids, "text": texts}), out / f"shard-{start // SHARD:05d}.parquet",
+                       row_group_size=ROW_GROUP)
 
 
 class Peak:
@@ -130,7 +134,8 @@ def main() -> None:
                 rows.append({"docs": docs, "mode": mode, "seconds": secs, "client": client_peak.stop(),
                              "scheduler": peaks[0].stop(), "workers": [p.stop() for p in peaks[1:]],
                              "large_graph": err.count("Sending large graph"), "dropped": m["near_duplicates_dropped"],
-                             "rounds": m.get("component_rounds", 0)})
+                             "rounds": m.get("component_rounds", 0), "on_disk": m["features_on_disk"],
+                             "partitions": m["partitions"]})
                 print(rows[-1], file=sys.stderr)
                 subprocess.run(["rm", "-rf", str(out)], check=True)
             subprocess.run(["rm", "-rf", str(corpus)], check=True)
@@ -140,12 +145,13 @@ def main() -> None:
         for p in procs:
             p.wait(timeout=60)
     mib = 2**20
-    print("| documents | components | seconds | docs/s | client peak (MiB) | scheduler peak (MiB) | "
-          "worker peaks (MiB) | near duplicates dropped | 'large graph' warnings |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| documents | components | partitions | features | seconds | µs per document | docs/s | client peak (MiB) | "
+          "scheduler peak (MiB) | worker peaks (MiB) | near duplicates dropped | 'large graph' warnings |")
+    print("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         mode = r["mode"] + (f" ({r['rounds']} rounds)" if r["rounds"] else "")
-        print(f"| {r['docs']:,} | {mode} | {r['seconds']:.1f} | {r['docs'] / r['seconds']:,.0f} | "
+        print(f"| {r['docs']:,} | {mode} | {r['partitions']} | {'disk' if r['on_disk'] else 'memory'} | "
+              f"{r['seconds']:.1f} | {r['seconds'] / r['docs'] * 1e6:.0f} | {r['docs'] / r['seconds']:,.0f} | "
               f"{r['client'] / mib:,.0f} | {r['scheduler'] / mib:,.0f} | "
               f"{' / '.join(f'{w / mib:,.0f}' for w in r['workers'])} | {r['dropped']:,} | {r['large_graph']} |")
 

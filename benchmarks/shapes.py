@@ -110,13 +110,16 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=2_000, help="near copies of the 1,500-word page")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--parts", default="big-file,boilerplate", help="which comparisons to run, comma separated")
     args = ap.parse_args()
+    parts = args.parts.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="dedup-shapes-"))
+    report = {}
     try:
-        report = {"big_file": big_file(corpus_frame(args.docs), tmp, args.workers, args.repeats)}
-        shutil.rmtree(tmp / "one")
-        shutil.rmtree(tmp / "many")
-        report["boilerplate"] = boilerplate(args.ordinary, args.copies, tmp, args.workers, args.repeats)
+        if "big-file" in parts:
+            report["big_file"] = big_file(corpus_frame(args.docs), tmp, args.workers, args.repeats)
+        if "boilerplate" in parts:
+            report["boilerplate"] = boilerplate(args.ordinary, args.copies, tmp, args.workers, args.repeats)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     RESULTS.mkdir(parents=True, exist_ok=True)

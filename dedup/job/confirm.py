@@ -61,6 +61,8 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     at_left = dd.map_partitions(pairs_with_left, route(routes, "left", n, placement, edge_rows, 24), feat, src,
                                 text_column, params, placement, meta=left_payload_meta(params),
                                 align_dataframes=False)
+    if src is not None:  # each hop reads the texts it needs: none is held from the first hop to the second
+        at_left = persist(at_left)
     # a left payload row: the pair and the left signature (exact Jaccard: carriers hold those, and shingle hashes)
     payload_rows = edge_rows if params.confirm == "estimate" else None
     scored = persist(dd.map_partitions(score_at_right, route(at_left, "right", n, placement, payload_rows,

@@ -119,8 +119,7 @@ def pairs_with_left(routes: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame
     first[1:] = (lo[score][order][1:] != lo[score][order][:-1]) | (dest[order][1:] != dest[order][:-1])
     c_lo, c_hi = lo[score][order][first], hi[score][order][first]
     docs, inverse = np.unique(rows_of(feat, c_lo), return_inverse=True)
-    texts = texts_of(part[text_column])
-    values, offsets = shingle_sets([texts[r] for r in docs], params.shingle_size, params.shingle_unit)
+    values, offsets = shingle_sets(texts_of(part[text_column].iloc[docs]), params.shingle_size, params.shingle_unit)
     blobs = [values[offsets[d]:offsets[d + 1]].tobytes() for d in range(len(docs))]
     sigs = signatures_of(feat, params.num_perm, docs)[inverse]
     n, m = len(lo), len(c_lo)
@@ -171,8 +170,8 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
     confirmed = np.ones(len(rows), dtype=bool)
     if carriers is not None:
         assert part is not None
-        texts = texts_of(part[text_column])
-        b_vals, b_off = shingle_sets([texts[r] for r in right_docs], params.shingle_size, params.shingle_unit)
+        b_vals, b_off = shingle_sets(texts_of(part[text_column].iloc[right_docs]), params.shingle_size,
+                                     params.shingle_unit)
         blobs = carriers["_shingles"].tolist()
         lengths = np.fromiter((len(b) // 8 for b in blobs), dtype=np.int64, count=len(blobs))
         a_off = np.zeros(len(blobs) + 1, dtype=np.int64)

@@ -34,7 +34,7 @@ PARTITION_BYTES = 64 * 2**20
 """... or this many uncompressed bytes (`PARTITION_ROWS`, in `dedup.config`, bounds the rows); a larger
 file is split into pieces of whole row groups within both bounds, and a row group above them into
 row ranges read in record batches (`Piece`)."""
-READ_BATCH_ROWS = 65_536
+READ_BATCH_ROWS = 8_192
 """Rows a reader decodes at a time when it reads part of a row group (a piece of one that is above the bounds)."""
 
 

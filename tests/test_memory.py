@@ -1,0 +1,63 @@
+"""Where the features live: in memory while their estimate fits a quarter of the workers' memory,
+on disk beyond, unless the user decides (`dedup.job.memory`)."""
+
+from __future__ import annotations
+
+import logging
+
+import dask
+
+from dedup.job import memory
+from tests.conftest import run_dedup
+
+
+def test_the_workers_memory_is_the_sum_of_their_limits() -> None:
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, memory_limit="3GiB",
+                      dashboard_address=":0") as lc, Client(lc):
+        assert memory.workers_memory() == 2 * 3 * 2**30
+        rows = int(0.25 * 6 * 2**30) // (4 * 128 + memory.FEATURE_OVERHEAD_BYTES)
+        assert memory.features_on_disk(None, rows - 10, 128) is False
+        assert memory.features_on_disk(None, rows + 10, 128) is True
+    with LocalCluster(n_workers=1, processes=False, memory_limit=0, dashboard_address=":0") as lc, Client(lc):
+        assert memory.workers_memory() is None  # no limit: nothing to weigh them against, kept in memory
+        assert memory.features_on_disk(None, 10**12, 128) is False
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_above_a_quarter_of_the_memory_the_features_go_to_disk_with_a_line_saying_why() -> None:
+    import psutil
+
+    total = psutil.virtual_memory().total
+    lines = _Lines()
+    log = logging.getLogger("dedup")
+    level = log.level
+    log.addHandler(lines)
+    log.setLevel(logging.INFO)
+    try:
+        with dask.config.set(scheduler="sync"):
+            assert memory.workers_memory() == total  # one process: the machine's memory
+            assert memory.features_on_disk(None, 1000, 128) is False
+            assert not lines.lines
+            assert memory.features_on_disk(None, total // 100, 128) is True
+            assert len(lines.lines) == 1 and "--features-in-memory" in lines.lines[0]
+            assert memory.features_on_disk(False, total // 100, 128) is False  # the user's choice wins
+            assert memory.features_on_disk(True, 10, 128) is True
+    finally:
+        log.removeHandler(lines)
+        log.setLevel(level)
+
+
+def test_the_two_choices_exclude_each_other() -> None:
+    res = run_dedup("run", "in", "out", "--features-on-disk", "--features-in-memory")
+    assert res.returncode == 2
+    assert "not allowed with argument" in res.stderr.strip().splitlines()[-1]
