@@ -135,7 +135,8 @@ def main() -> None:
                              "scheduler": peaks[0].stop(), "workers": [p.stop() for p in peaks[1:]],
                              "large_graph": err.count("Sending large graph"), "dropped": m["near_duplicates_dropped"],
                              "rounds": m.get("component_rounds", 0), "on_disk": m["features_on_disk"],
-                             "partitions": m["partitions"]})
+                             "partitions": m["partitions"], "stages": m["seconds"],
+                             "paused": err.count("paused")})
                 print(rows[-1], file=sys.stderr)
                 subprocess.run(["rm", "-rf", str(out)], check=True)
             subprocess.run(["rm", "-rf", str(corpus)], check=True)
@@ -154,6 +155,10 @@ def main() -> None:
               f"{r['seconds']:.1f} | {r['seconds'] / r['docs'] * 1e6:.0f} | {r['docs'] / r['seconds']:,.0f} | "
               f"{r['client'] / mib:,.0f} | {r['scheduler'] / mib:,.0f} | "
               f"{' / '.join(f'{w / mib:,.0f}' for w in r['workers'])} | {r['dropped']:,} | {r['large_graph']} |")
+    print("\nSeconds per stage (the manifest's), and log lines naming paused workers:\n")
+    for r in rows:
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
+        print(f"- {r['docs']:,} documents, {r['mode']}: {stages}; {r['paused']} line(s) on paused workers")
 
 
 if __name__ == "__main__":
