@@ -94,7 +94,8 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
     r.add_argument("--stall-timeout", type=float, metavar="SECONDS", default=STALL_TIMEOUT,
                    help="end the run when the cluster has made no progress for this long because its workers are "
                         "paused for memory, there are none, or none runs the job's tasks (a message names the cause "
-                        f"after {WARN_AFTER:.0f} s; long-running tasks are only reported; default: {STALL_TIMEOUT:.0f})")
+                        f"after {WARN_AFTER:.0f} s, or half this timeout when shorter; long-running tasks are only reported; "
+                        f"default: {STALL_TIMEOUT:.0f})")
     r.add_argument("--threads", type=int, metavar="N",
                    help="no cluster: run in this process on N threads (fastest on one machine, for a corpus whose "
                         "features, about 0.6 KB a document, fit its memory; nothing spills to disk)")

@@ -88,10 +88,11 @@ class Watchdog:
 
     # -- the loop ---------------------------------------------------------------------------------
     def _watch(self) -> None:
+        warn_after = min(WARN_AFTER, self.limit / 2)  # a stall timeout shorter than the warning still warns first
         last_change = time.monotonic()
         blocked_since: float | None = None
         before: tuple[frozenset[Any], int] | None = None
-        warn_at = WARN_AFTER
+        warn_at = warn_after
         paused_seen = False
         while not self._stop.wait(POLL):
             try:
@@ -102,11 +103,11 @@ class Watchdog:
             now = time.monotonic()
             if not waiting or (processing, finished) != before:
                 before = (processing, finished)
-                last_change, blocked_since, warn_at, paused_seen = now, None, WARN_AFTER, False
+                last_change, blocked_since, warn_at, paused_seen = now, None, warn_after, False
                 continue
             paused_seen |= any(w.get("status") == "paused" for w in workers.values())
             idle = now - last_change
-            if idle < WARN_AFTER:
+            if idle < warn_after:
                 continue
             why, blocks = self.cause(workers, processing, paused_seen)
             if blocks:
@@ -123,7 +124,7 @@ class Watchdog:
                                 idle, why, self.limit)
                 else:
                     log.warning("no task has finished for %.0f s: %s", idle, why)
-                warn_at = idle + (WARN_AFTER if blocks else max(WARN_AFTER, min(idle, 300.0)))
+                warn_at = idle + (warn_after if blocks else max(warn_after, min(idle, 300.0)))
 
 
 FAILED: list[Stalled] = []
