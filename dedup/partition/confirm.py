@@ -115,9 +115,10 @@ def pairs_with_left(routes: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame
     # one carrier per (left document, destination partition), routed with the smallest right key there
     dest = placement(hi[score])
     order = np.lexsort((hi[score], dest, lo[score]))
+    s_lo, s_hi, s_dest = lo[score][order], hi[score][order], dest[order]
     first = np.ones(len(order), dtype=bool)
-    first[1:] = (lo[score][order][1:] != lo[score][order][:-1]) | (dest[order][1:] != dest[order][:-1])
-    c_lo, c_hi = lo[score][order][first], hi[score][order][first]
+    first[1:] = (s_lo[1:] != s_lo[:-1]) | (s_dest[1:] != s_dest[:-1])
+    c_lo, c_hi = s_lo[first], s_hi[first]
     docs, inverse = np.unique(rows_of(feat, c_lo), return_inverse=True)
     values, offsets = shingle_sets(texts_of(part[text_column].iloc[docs]), params.shingle_size, params.shingle_unit)
     blobs = [values[offsets[d]:offsets[d + 1]].tobytes() for d in range(len(docs))]
