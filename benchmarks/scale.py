@@ -87,6 +87,48 @@ class Peak:
         return self.peak
 
 
+class Spill:
+    """The most bytes any worker held spilled to disk, and the most it held in managed memory, as the
+    scheduler reports them (polled every second through a client of its own)."""
+
+    def __init__(self, sched_file: Path) -> None:
+        from distributed import Client
+        self.client = Client(scheduler_file=str(sched_file), timeout=30)
+        self.disk = self.managed = 0
+        self._start = self._durations()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for w in self.client.scheduler_info(n_workers=-1)["workers"].values():
+                    spilled = w["metrics"].get("spilled_bytes", {})
+                    self.disk = max(self.disk, spilled.get("disk", 0))
+                    self.managed = max(self.managed, w["metrics"].get("managed_bytes", 0) - spilled.get("disk", 0))
+            except Exception:  # the scheduler is busy: the next poll will do
+                pass
+            time.sleep(1)
+
+    def _durations(self) -> dict[str, float]:
+        """Seconds the workers spent on each task prefix (computing, transferring, spilling), so far."""
+        def durations(dask_scheduler) -> dict[str, float]:
+            return {f"{name} {action}": secs for name, tp in dask_scheduler.task_prefixes.items()
+                    for action, secs in tp.all_durations.items()}
+        return self.client.run_on_scheduler(durations)
+
+    def stop(self) -> tuple[int, int, dict[str, float]]:
+        """The spilled and managed peaks, and the seconds spent on each task prefix during the run."""
+        self._stop.set()
+        self._thread.join()
+        end = self._durations()
+        self.client.close()
+        spent = {k: v - self._start.get(k, 0.0) for k, v in end.items()}
+        return self.disk, self.managed, {k: round(v, 1) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])
+                                         if v >= 0.5}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, nargs="+", default=[250_000, 2_000_000])
@@ -119,6 +161,7 @@ def main() -> None:
             print(f"wrote {docs:,} documents in {time.perf_counter() - t:.0f} s", file=sys.stderr)
             for mode in args.modes:
                 peaks = [Peak(p.pid) for p in procs]
+                spill = Spill(sched_file)
                 out = work / f"out-{docs}-{mode}"
                 t = time.perf_counter()
                 client = subprocess.Popen([sys.executable, "-m", "dedup", "run", str(corpus), str(out),
@@ -128,6 +171,7 @@ def main() -> None:
                 client_peak = Peak(client.pid)
                 _, err = client.communicate()
                 secs = time.perf_counter() - t
+                spilled, managed, prefixes = spill.stop()
                 if client.returncode:
                     raise SystemExit(f"dedup run failed:\n{err}")
                 m = json.loads((out / "_dedup.json").read_text())
@@ -136,7 +180,8 @@ def main() -> None:
                              "large_graph": err.count("Sending large graph"), "dropped": m["near_duplicates_dropped"],
                              "rounds": m.get("component_rounds", 0), "on_disk": m["features_on_disk"],
                              "partitions": m["partitions"], "stages": m["seconds"],
-                             "paused": err.count("paused")})
+                             "paused": err.count("paused"), "spilled": spilled, "managed": managed, "prefixes": prefixes,
+                             "candidates": m["candidate_pairs"], "confirmed": m["confirmed_pairs"]})
                 print(rows[-1], file=sys.stderr)
                 subprocess.run(["rm", "-rf", str(out)], check=True)
             subprocess.run(["rm", "-rf", str(corpus)], check=True)
@@ -155,10 +200,13 @@ def main() -> None:
               f"{r['seconds']:.1f} | {r['seconds'] / r['docs'] * 1e6:.0f} | {r['docs'] / r['seconds']:,.0f} | "
               f"{r['client'] / mib:,.0f} | {r['scheduler'] / mib:,.0f} | "
               f"{' / '.join(f'{w / mib:,.0f}' for w in r['workers'])} | {r['dropped']:,} | {r['large_graph']} |")
-    print("\nSeconds per stage (the manifest's), and log lines naming paused workers:\n")
+    print("\nSeconds per stage (the manifest's), pairs, the most a worker held in managed memory and spilled "
+          "to disk, and log lines naming paused workers:\n")
     for r in rows:
         stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
-        print(f"- {r['docs']:,} documents, {r['mode']}: {stages}; {r['paused']} line(s) on paused workers")
+        print(f"- {r['docs']:,} documents, {r['mode']}: {stages}; {r['candidates']:,} candidate and "
+              f"{r['confirmed']:,} confirmed pairs; managed {r['managed'] / mib:,.0f} MiB, spilled "
+              f"{r['spilled'] / mib:,.0f} MiB; {r['paused']} line(s) on paused workers")
 
 
 if __name__ == "__main__":

@@ -30,10 +30,11 @@ def bigger_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_shards(frame, tmp_path_factory.mktemp("bigger") / "in", 6)
 
 
-@pytest.mark.parametrize("task", ["shuffle", "cut-gathered", "exchanged"])
+@pytest.mark.parametrize("task", ["shuffle", "cut-gathered", "exchanged", "cut-fanned"])
 def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, tmp_path: Path, task: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A worker killed while it runs a shuffle task (no route small), the one task of a small route
+    """A worker killed while it runs a shuffle task (no route small), a task cutting a group of a
+    grouped shuffle into its destinations (`dedup.job.routing.route_grouped`), the one task of a small route
     that gathers and cuts (`dedup.job.routing.route_small`, `dedup.job.graphs.gathered`), or a task of a direct
     route to key ranges (`dedup.job.routing.route_direct`, `dedup.job.graphs.exchanged`: a split, a piece or a
     join): the job retries and writes what an undisturbed run writes."""
@@ -43,15 +44,23 @@ def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, tmp
 
     if task == "shuffle":
         monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)
+        monkeypatch.setattr(routing, "ROUTE_GROUP_BYTES", 1)  # between every partition
+    if task == "exchanged":  # band rows are few enough for one task unless small routes are off
+        monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)
+    if task == "cut-fanned":  # a shuffle between groups of partitions, each then cut by destination
+        monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)
+        monkeypatch.setattr(routing, "ROUTE_GROUP_BYTES", 80_000)
+    # a grouped route needs more partitions than groups
+    sizes = {"partition_rows": 400} if task == "cut-fanned" else {}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
             Client(lc) as client:
-        run(str(bigger_corpus), str(tmp_path / "baseline"), drop=False)
+        run(str(bigger_corpus), str(tmp_path / "baseline"), drop=False, **sizes)
         pids = client.run(os.getpid)
         outcome: dict[str, object] = {}
 
         def job() -> None:
             try:
-                outcome["manifest"] = run(str(bigger_corpus), str(tmp_path / "killed"), drop=False)
+                outcome["manifest"] = run(str(bigger_corpus), str(tmp_path / "killed"), drop=False, **sizes)
             except BaseException as exc:  # noqa: BLE001 - reported below
                 outcome["error"] = exc
 

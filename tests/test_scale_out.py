@@ -90,7 +90,8 @@ def _output_digests(out: Path) -> dict[str, str]:
 def test_small_routes_write_what_shuffles_write(client, tmp_path: Path, frame: pd.DataFrame, confirm: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A small frame goes through one task (`route_small`), a route to key ranges between few
-    partitions through plain tasks (`route_direct`), any other through a shuffle; the shards, the
+    partitions through plain tasks (`route_direct`), a larger one of known rows through a shuffle
+    between groups of partitions (`route_grouped`), any other through a shuffle; the shards, the
     index and the removed list are the same bytes every way, on a real cluster."""
     from dedup.job import routing
 
@@ -98,19 +99,22 @@ def test_small_routes_write_what_shuffles_write(client, tmp_path: Path, frame: p
     src = write_shards(frame, tmp_path / "in", 7)
     run(str(src), str(tmp_path / "small"), params=params, partition_rows=100)
     monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)  # no route is small: ranges direct, the rest shuffled
+    monkeypatch.setattr(routing, "ROUTE_GROUP_BYTES", 1)  # between every partition
     run(str(src), str(tmp_path / "direct"), params=params, partition_rows=100)
     monkeypatch.setattr(routing, "DIRECT_ROUTE_PIECES", 0)  # every route a shuffle
     run(str(src), str(tmp_path / "shuffled"), params=params, partition_rows=100)
+    monkeypatch.setattr(routing, "ROUTE_GROUP_BYTES", 4096)  # routes of known rows between groups
+    run(str(src), str(tmp_path / "grouped"), params=params, partition_rows=100)
     small, direct = _output_digests(tmp_path / "small"), _output_digests(tmp_path / "direct")
-    shuffled = _output_digests(tmp_path / "shuffled")
+    shuffled, grouped = _output_digests(tmp_path / "shuffled"), _output_digests(tmp_path / "grouped")
     assert any(name.startswith("_index/") for name in small)
     assert any(name.startswith("_report/removed.parquet/") for name in small)
-    assert small == direct == shuffled
+    assert small == direct == shuffled == grouped
 
 
 @pytest.mark.parametrize("where", ["sync", "cluster"])
 @pytest.mark.parametrize("npartitions", [1, 4])
-@pytest.mark.parametrize("how", ["small", "direct"])
+@pytest.mark.parametrize("how", ["small", "direct", "grouped"])
 def test_small_and_direct_routes_put_every_row_where_a_shuffle_does(request, where: str, npartitions: int,
                                                                     how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
@@ -133,6 +137,12 @@ def test_small_and_direct_routes_put_every_row_where_a_shuffle_does(request, whe
     with dask.config.set(LOCAL if where == "sync" else {}):
         if how == "small":
             small = routing.route_by(ddf, dest, npartitions, rows=len(frame), row_bytes=16)
+        elif how == "grouped":  # two groups of destinations (a shuffle between 2 partitions), when 4 of them
+            monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)
+            monkeypatch.setattr(routing, "ROUTE_GROUP_BYTES", 5000)
+            small = routing.route_by(ddf, dest, npartitions, rows=len(frame), row_bytes=16)
+            cuts = [k for k in small.__dask_graph__() if str(k[0] if isinstance(k, tuple) else k).startswith("cut-fanned")]
+            assert len(cuts) == (2 if npartitions == 4 else 0)
         else:
             small = routing.route_by(ddf, dest, npartitions, ranges=True)
             assert any(str(k[0] if isinstance(k, tuple) else k).startswith("piece-") for k in small.__dask_graph__())

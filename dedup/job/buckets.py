@@ -46,7 +46,7 @@ def _both(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, *, index_out: str | None = None,
-            layout: index.Layout | None = None) -> tuple[dd.DataFrame, dd.DataFrame | None, BucketCounts]:
+            layout: index.Layout | None = None, rows: int | None = None) -> tuple[dd.DataFrame, dd.DataFrame | None, BucketCounts]:
     """Bucket edges on the workers: the long form (band, key, doc) routed to the range of its key,
     every bucket turned into same-text, candidate or star edges. Persisted; counts approximated buckets.
 
@@ -55,13 +55,14 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     documents (their features, read at their index partitions and persisted, are returned); edges
     between two indexed documents are dropped. Band rows of indexes older than format 3, and with
     exact Jaccard, first go to their documents' partitions for their text hashes and to learn which
-    documents take part, then back.
+    documents take part, then back. rows: this input's documents, when known (each gives at most a
+    band row a band), so that the shuffle moves pieces of a bounded size (`routing.route_by`).
     """
     long = feat.map_partitions(long_form, params, meta=LONG_META)
     k = npartitions or max(1, long.npartitions)
     if layout is not None and layout.parts:  # at least as many ranges as the indexes have: each reads a slice
         k = max([k] + [p.bucket_parts for p in layout.parts])
-    ranged = route_ranges(long, k)
+    ranged = route_ranges(long, k, None if rows is None else rows * params.num_bands)
     combined, idx_feat, first_indexed = ranged, None, keyspace.NO_INDEX
     if layout is not None and layout.parts:
         first_indexed = layout.first_key

@@ -16,6 +16,9 @@ a round trip (docs/performance.md, Design choices).
   one piece per output partition, each output partition the concatenation of its pieces. Dask's
   p2p shuffle pays a fixed cost (transfer tasks, a barrier, disk, unpack tasks) that a direct
   exchange of 16 x 16 pieces does not; its task count grows with the product of the partitions.
+- `fanned`: each partition of a frame cut into the pieces of a run of output partitions, one
+  task a partition to cut and one a piece: how a shuffle to groups of destinations
+  (`dedup.job.routing.route_by`) ends, so it moves few large pieces instead of many small ones.
 - `shuffled`: rows moved to the partition a column of theirs names, by dask's `Shuffle` (p2p on a
   cluster, tasks in one process), the step its hash shuffles and `set_index` end with.
 """
@@ -140,6 +143,44 @@ def gathered(frame: dd.DataFrame, cut: Callable[[Sequence[pd.DataFrame]], list[p
     """A frame of `npartitions` partitions (divisions 0 .. npartitions - 1): one task runs `cut` on the list
     of `frame`'s partitions, and partition i is the i-th frame it returns."""
     return new_collection(Gathered(frame.expr, cut, npartitions, meta))
+
+
+def group_starts(groups: int, npartitions: int) -> list[int]:
+    """The first output partition of each of `groups` runs of `npartitions` consecutive partitions
+    (and `npartitions` last): partition i is in run i * groups // npartitions."""
+    return [-(-j * npartitions // groups) for j in range(groups)] + [npartitions]
+
+
+class Fanned(Expr):
+    """Output partition i is piece i - start of `cut` applied to the partition of `frame` whose run
+    (`group_starts`) holds i; `cut(part, start, stop)` returns the pieces of partitions start .. stop - 1."""
+
+    _parameters = ["frame", "cut", "npartitions", "meta"]
+
+    @functools.cached_property
+    def _meta(self) -> pd.DataFrame:
+        return self.operand("meta")
+
+    def _divisions(self) -> tuple:
+        return (None,) * (self.operand("npartitions") + 1)
+
+    def _layer(self) -> dict:
+        n = self.operand("npartitions")
+        starts = group_starts(self.frame.npartitions, n)
+        cut = f"cut-{self._name}"
+        dsk: dict = {}
+        for j, (lo, hi) in enumerate(zip(starts[:-1], starts[1:])):
+            dsk[(cut, j)] = (self.operand("cut"), (self.frame._name, j), lo, hi)
+            for i in range(lo, hi):
+                dsk[(self._name, i)] = (operator.getitem, (cut, j), i - lo)
+        return dsk
+
+
+def fanned(frame: dd.DataFrame, cut: Callable[[pd.DataFrame, int, int], list[pd.DataFrame]], npartitions: int,
+           meta: pd.DataFrame) -> dd.DataFrame:
+    """A frame of `npartitions` partitions (unknown divisions), at least as many as `frame` has: partition
+    j of `frame` holds the rows of the j-th run of them (`group_starts`), which `cut` splits."""
+    return new_collection(Fanned(frame.expr, cut, npartitions, meta))
 
 
 def shuffled(frame: dd.DataFrame, column: str, npartitions: int) -> dd.DataFrame:

@@ -142,7 +142,8 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     first_indexed = layout.first_key if layout else keyspace.NO_INDEX
     placement = layout.placement if layout else keyspace.OWN
     with Stage(report, "buckets") as stage:
-        edges, idx_feat, b = buckets(feat, params, npartitions, index_out=index_out, layout=layout)
+        edges, idx_feat, b = buckets(feat, params, npartitions, index_out=index_out, layout=layout,
+                                     rows=report.input_rows)
         report.approximated_buckets = b.approximated_buckets
         report.largest_approximated_bucket = b.largest_approximated_bucket
         report.index_bytes += b.index_band_bytes

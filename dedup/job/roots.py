@@ -74,4 +74,5 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     own = by_component if first_indexed >= keyspace.NO_INDEX else \
         by_component.map_partitions(own_documents, first_indexed, meta=root_meta)
     row_bytes = 2 * ID_ROW_BYTES + (ID_ROW_BYTES if scored is not None else 0)
-    return route(own, "doc", n_new, rows=counts.members, row_bytes=row_bytes), counts
+    # persisted: the write uses them in two computations when an input file is split across partitions
+    return persist(route(own, "doc", n_new, rows=counts.members, row_bytes=row_bytes)), counts

@@ -11,7 +11,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from dedup.job.graphs import exchanged, gathered, shuffled
+from dedup.job.graphs import exchanged, fanned, gathered, shuffled
 from dedup.partition import keyspace
 from dedup.partition.rows import concat_rows
 from dedup.storage import index
@@ -23,6 +23,12 @@ instead of a shuffle, whose fixed cost (transfer tasks, barrier, unpack tasks) i
 of a small one (docs/performance.md, Design choices). A bound on bytes, not a share of the corpus:
 no task gathers much more than this, and larger frames keep the shuffle's parallelism."""
 
+ROUTE_GROUP_BYTES = 64 * 2**20
+"""A larger route whose rows are known shuffles between groups of about this many bytes (`route_grouped`):
+a shuffle cuts every input partition into a piece for every output partition, and the cost of those
+pieces (a few milliseconds each, however small) grows with the product of the partitions, that is
+with the square of the corpus (docs/performance.md, Memory-limited workers)."""
+
 DIRECT_ROUTE_PIECES = 256
 """A route to key ranges from n partitions to k whose n x k is at most this goes through plain tasks
 (`route_direct`: n splits, n x k pieces, k joins) instead of a p2p shuffle: every piece is a task,
@@ -31,6 +37,9 @@ Routes to the documents' own partitions keep the shuffle (docs/performance.md, D
 
 ID_ROW_BYTES = 80
 """The estimate of a routed row holding a document key and an id (a string id of about 50 bytes)."""
+
+BAND_ROW_BYTES = 48
+"""The estimate of a routed band row (band, key, doc and two text keys: 33 bytes, and the routing's own)."""
 
 PART = "_partitions"
 """The column holding each row's destination partition while it is routed (the name dask's shuffles use)."""
@@ -44,13 +53,19 @@ def route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray],
     partitions are key ranges of their own (joined with no other frame's partitions), and between
     few partitions it takes `route_direct`.
 
-    Else a shuffle on the destination column itself (dask's own `Shuffle`, which its hash shuffles and
-    `set_index` build on): `set_index` on the destination, as before, added three tasks a partition
-    (a lookup of the destination in the divisions, the new index, a sort of every partition by it)."""
+    Else, when `rows` is known and a partition would hold less than `ROUTE_GROUP_BYTES`, a shuffle
+    between groups of partitions (`route_grouped`). Else a shuffle on the destination column itself
+    (dask's own `Shuffle`, which its hash shuffles and `set_index` build on): `set_index` on the
+    destination, as before, added three tasks a partition (a lookup of the destination in the
+    divisions, the new index, a sort of every partition by it)."""
     if rows is not None and rows * row_bytes <= SMALL_ROUTE_BYTES:
         return route_small(frame, part_of, npartitions)
     if ranges and frame.npartitions * npartitions <= DIRECT_ROUTE_PIECES:
         return route_direct(frame, part_of, npartitions)
+    if rows is not None:
+        groups = max(1, -(-rows * row_bytes // ROUTE_GROUP_BYTES))
+        if groups < min(frame.npartitions, npartitions):
+            return route_grouped(frame, part_of, npartitions, groups)
     meta = frame._meta.assign(**{PART: pd.Series(dtype=np.int64)})
     with_part = frame.map_partitions(_with_part, part_of, meta=meta)
     return shuffled(with_part, PART, npartitions)[list(frame.columns)]
@@ -88,6 +103,35 @@ def _split(frame: pd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], n
     return [frame.iloc[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
+DEST = "_dest"
+"""The column holding each row's destination partition while it is routed to its group (`route_grouped`)."""
+
+
+def route_grouped(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int,
+                  groups: int) -> dd.DataFrame:
+    """`route_by` through a shuffle between `groups` partitions on each side: neighbouring input
+    partitions joined, each row shuffled to the group of its destination (a run of consecutive
+    destinations, `graphs.group_starts`), each group then cut into its destinations (`graphs.fanned`).
+    Its pieces number groups², not inputs x outputs; each side holds about `ROUTE_GROUP_BYTES`."""
+    joined = frame.repartition(npartitions=groups) if frame.npartitions > groups else frame
+    meta = joined._meta.assign(**{DEST: pd.Series(dtype=np.int64), PART: pd.Series(dtype=np.int64)})
+    with_part = joined.map_partitions(_with_group, part_of, npartitions, groups, meta=meta)
+    at_groups = shuffled(with_part, PART, groups)[[*frame.columns, DEST]]
+    return fanned(at_groups, _cut_group, npartitions, frame._meta.reset_index(drop=True))
+
+
+def _with_group(frame: pd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int,
+                groups: int) -> pd.DataFrame:
+    dest = np.asarray(part_of(frame), dtype=np.int64) if len(frame) else np.zeros(0, np.int64)
+    return frame.assign(**{DEST: dest, PART: dest * groups // npartitions})
+
+
+def _cut_group(frame: pd.DataFrame, start: int, stop: int) -> list[pd.DataFrame]:
+    """A group's rows cut into the frames of destinations start .. stop - 1."""
+    pieces = _split(frame, lambda f: f[DEST].to_numpy(np.int64) - start, stop - start)
+    return [p.drop(columns=DEST) for p in pieces]
+
+
 def route_small(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray],
                 npartitions: int) -> dd.DataFrame:
     """`route_by` through one task: for frames small enough to gather (`SMALL_ROUTE_BYTES`)."""
@@ -121,7 +165,9 @@ def route(frame: dd.DataFrame, key_column: str, npartitions: int,
                      row_bytes)
 
 
-def route_ranges(frame: dd.DataFrame, npartitions: int) -> dd.DataFrame:
+def route_ranges(frame: dd.DataFrame, npartitions: int, rows: int | None = None) -> dd.DataFrame:
     """Band rows moved to the bucket range of their key (`dedup.storage.index.key_range_of`): every bucket
-    in one partition, and the same ranges as an index's band files."""
-    return route_by(frame, partial(range_part, column="key", npartitions=npartitions), npartitions, ranges=True)
+    in one partition, and the same ranges as an index's band files. `rows`: an upper bound on the
+    band rows, when known (`BAND_ROW_BYTES` each)."""
+    return route_by(frame, partial(range_part, column="key", npartitions=npartitions), npartitions, rows,
+                    BAND_ROW_BYTES, ranges=True)
