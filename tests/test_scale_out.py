@@ -91,7 +91,7 @@ def test_small_routes_write_what_shuffles_write(client, tmp_path: Path, frame: p
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A small frame goes through one task (`route_small`), a route to key ranges between few
     partitions through plain tasks (`route_direct`), a larger one of known rows through a shuffle
-    between groups of partitions (`route_grouped`), any other through a shuffle; the shards, the
+    to groups of partitions (`route_grouped`), any other through a shuffle; the shards, the
     index and the removed list are the same bytes every way, on a real cluster."""
     from dedup.job import routing
 
@@ -137,7 +137,7 @@ def test_small_and_direct_routes_put_every_row_where_a_shuffle_does(request, whe
     with dask.config.set(LOCAL if where == "sync" else {}):
         if how == "small":
             small = routing.route_by(ddf, dest, npartitions, rows=len(frame), row_bytes=16)
-        elif how == "grouped":  # two groups of destinations (a shuffle between 2 partitions), when 4 of them
+        elif how == "grouped":  # two groups of destinations (a shuffle to 2 partitions), when 4 of them
             monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)
             monkeypatch.setattr(routing, "ROUTE_GROUP_BYTES", 5000)
             small = routing.route_by(ddf, dest, npartitions, rows=len(frame), row_bytes=16)

@@ -24,7 +24,7 @@ of a small one (docs/performance.md, Design choices). A bound on bytes, not a sh
 no task gathers much more than this, and larger frames keep the shuffle's parallelism."""
 
 ROUTE_GROUP_BYTES = 64 * 2**20
-"""A larger route whose rows are known shuffles between groups of about this many bytes (`route_grouped`):
+"""A larger route whose rows are known shuffles to groups of about this many bytes (`route_grouped`):
 a shuffle cuts every input partition into a piece for every output partition, and the cost of those
 pieces (a few milliseconds each, however small) grows with the product of the partitions, that is
 with the square of the corpus (docs/performance.md, Memory-limited workers)."""
@@ -54,7 +54,7 @@ def route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray],
     few partitions it takes `route_direct`.
 
     Else, when `rows` is known and a partition would hold less than `ROUTE_GROUP_BYTES`, a shuffle
-    between groups of partitions (`route_grouped`). Else a shuffle on the destination column itself
+    to groups of partitions (`route_grouped`). Else a shuffle on the destination column itself
     (dask's own `Shuffle`, which its hash shuffles and `set_index` build on): `set_index` on the
     destination, as before, added three tasks a partition (a lookup of the destination in the
     divisions, the new index, a sort of every partition by it)."""
@@ -64,7 +64,7 @@ def route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray],
         return route_direct(frame, part_of, npartitions)
     if rows is not None:
         groups = max(1, -(-rows * row_bytes // ROUTE_GROUP_BYTES))
-        if groups < min(frame.npartitions, npartitions):
+        if groups < npartitions:
             return route_grouped(frame, part_of, npartitions, groups)
     meta = frame._meta.assign(**{PART: pd.Series(dtype=np.int64)})
     with_part = frame.map_partitions(_with_part, part_of, meta=meta)
@@ -109,13 +109,14 @@ DEST = "_dest"
 
 def route_grouped(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int,
                   groups: int) -> dd.DataFrame:
-    """`route_by` through a shuffle between `groups` partitions on each side: neighbouring input
-    partitions joined, each row shuffled to the group of its destination (a run of consecutive
-    destinations, `graphs.group_starts`), each group then cut into its destinations (`graphs.fanned`).
-    Its pieces number groups², not inputs x outputs; each side holds about `ROUTE_GROUP_BYTES`."""
-    joined = frame.repartition(npartitions=groups) if frame.npartitions > groups else frame
-    meta = joined._meta.assign(**{DEST: pd.Series(dtype=np.int64), PART: pd.Series(dtype=np.int64)})
-    with_part = joined.map_partitions(_with_group, part_of, npartitions, groups, meta=meta)
+    """`route_by` through a shuffle to `groups` partitions: each row shuffled to the group of its
+    destination (a run of consecutive destinations, `graphs.group_starts`), each group then cut into
+    its destinations (`graphs.fanned`). Its pieces number inputs x groups, not inputs x outputs, and
+    a group holds about `ROUTE_GROUP_BYTES`. The inputs are not joined first: that would end the
+    fusion of the steps before the shuffle into its transfer tasks, and their results would wait in
+    memory for the joins (measured: 1.6 GiB against 1.0 GiB peak worker memory at 1,000,000 documents)."""
+    meta = frame._meta.assign(**{DEST: pd.Series(dtype=np.int64), PART: pd.Series(dtype=np.int64)})
+    with_part = frame.map_partitions(_with_group, part_of, npartitions, groups, meta=meta)
     at_groups = shuffled(with_part, PART, groups)[[*frame.columns, DEST]]
     return fanned(at_groups, _cut_group, npartitions, frame._meta.reset_index(drop=True))
 
