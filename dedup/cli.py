@@ -116,6 +116,9 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
                             "take more than a quarter of the workers' memory)")
     place.add_argument("--features-in-memory", dest="features_on_disk", action="store_const", const=False,
                        help="keep the features in worker memory even when they would take more than a quarter of it")
+    o.add_argument("--restart", action="store_true",
+                   help="start over, discarding what an interrupted run on this OUTPUT left (by default the same "
+                        "command resumes from the stages it finished)")
     o.add_argument("--dry-run", action="store_true",
                    help="run everything but write only _dedup.json and _report/ into OUTPUT, no shards: see what "
                         "would be removed before paying for the write")
@@ -235,7 +238,7 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
                         dry_run=args.dry_run, write_report=not args.no_report,
                         against=getattr(args, "against", []), skip_existing=getattr(args, "skip_existing", False),
                         write_index=near and not getattr(args, "no_index", False),
-                        partition_rows=args.partition_rows or PARTITION_ROWS)
+                        partition_rows=args.partition_rows or PARTITION_ROWS, restart=args.restart)
 
 
 def _import_pipeline(report: bool) -> None:

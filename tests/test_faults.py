@@ -113,7 +113,8 @@ def first_output(bigger_corpus: Path, tmp_path_factory: pytest.TempPathFactory) 
                                           ("features:", signal.SIGKILL)])
 def test_interrupts_report_what_output_holds(bigger_corpus: Path, first_output: Path, tmp_path: Path, after: str,
                                              sig: int) -> None:
-    """A signal at several points: the exit code and message always match what OUTPUT holds."""
+    """A signal at several points: the exit code and message always match what OUTPUT holds; an
+    interrupted run keeps the stages it finished for the same command to resume from."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "dedup", "near", str(bigger_corpus), str(out), "--n-workers", "2"]
     shutil.copytree(first_output, out)
@@ -139,7 +140,11 @@ def test_interrupts_report_what_output_holds(bigger_corpus: Path, first_output: 
         assert _snapshot(out) == before  # no partial shards, nothing replaced
         if sig != signal.SIGKILL:
             assert "interrupted; OUTPUT was left as it was" in stderr
-            assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # staging and lock removed
+            # the lock is released; the staging directory stays, with the stages finished, to resume from
+            left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+            assert len(left) == 1 and ".out.dedup-tmp-" in left[0], left
+            assert "are kept in" in stderr and "the same command resumes from them" in stderr, stderr
+            assert (tmp_path / left[0] / "_stages" / "features" / "_done.json").exists()
     if sig != signal.SIGKILL:
         return
     res = subprocess.run([*cmd, "--overwrite", "--keep-duplicates"], capture_output=True, text=True, timeout=300)

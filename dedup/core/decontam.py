@@ -133,6 +133,18 @@ class ProtectedNgrams:
                    rec_offsets, rec[new_pair].astype(np.int32), rec[first].astype(np.int32),
                    np.asarray(record_file, dtype=np.int32), tuple(labels), tuple(files))
 
+    def digest(self) -> str:
+        """A hash of everything the rule reads (n-grams, their bytes, records, labels, files): two
+        runs with the same digest protect the same text the same way."""
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=16)
+        for a in (self.hashes, self.start, self.end, self.buf, self.rec_offsets, self.rec_ids, self.min_record,
+                  self.record_file):
+            h.update(np.ascontiguousarray(a).tobytes())
+        h.update("\0".join((str(self.ngram_size), *self.record_labels, "\0", *self.files)).encode())
+        return h.hexdigest()
+
     def __len__(self) -> int:
         return len(self.hashes)
 

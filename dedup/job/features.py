@@ -60,10 +60,10 @@ def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
 
     n = feat.npartitions
     compute(feat.to_parquet(features_dir, write_index=False, compute=False,
-                            name_function=lambda i: f"features-{i:06d}.parquet"))
+                            name_function=lambda i: f"part-{i:06d}.parquet"))
     fs, root = fsspec.core.url_to_fs(features_dir)
     proto = features_dir.split("://", 1)[0] + "://" if "://" in features_dir else ""
-    paths = [f"{proto}{root}/features-{i:06d}.parquet" for i in range(n)]
+    paths = [f"{proto}{root}/part-{i:06d}.parquet" for i in range(n)]
     missing = [p for p in paths if not fs.exists(p.removeprefix(proto))]
     if missing:
         raise RuntimeError(f"Features were not written for {len(missing)} partition(s), e.g. {missing[0]}.")

@@ -30,6 +30,7 @@ from dedup.core.decontam import PathLike, ProtectedNgrams
 from dedup.core.text import TEXT_DTYPE
 from dedup.job import memory, page_data, write
 from dedup.job.buckets import buckets
+from dedup.job.checkpoints import STAGES_DIR, Checkpoints, resumable
 from dedup.job.components import components_on_client, components_on_cluster
 from dedup.job.compute import compute, settle, shared
 from dedup.job.confirm import confirm
@@ -50,7 +51,7 @@ from dedup.report.shown import shown_repr
 from dedup.storage import index, io, stamps
 from dedup.storage import shards as shards_mod
 from dedup.storage.safety import MANIFEST, UsageError
-from dedup.storage.staging import deferred_interrupts
+from dedup.storage.staging import RESUME, deferred_interrupts
 
 log = logging.getLogger("dedup")
 
@@ -92,7 +93,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             features_dir: str | None = None, locate: Callable[[int], tuple[str, int]] | None = None,
             null_id_files: Sequence[str] = (), details: bool = False, against: Sequence[index.IndexPart] = (),
             skip_existing: bool = False, index_out: str | None = None, spill_dir: str | None = None,
-            rows: int | None = None) -> Decisions:
+            rows: int | None = None, kept: Checkpoints | None = None) -> Decisions:
     """Run the stages; the report gets every count. `locate` maps a document key to (file, row);
     `details` also finds each clustered document's closest match (for `_report/removed.parquet`),
     and the page's summaries (`Decisions.clusters`, `Decisions.examples`) with the counts of their stages.
@@ -100,14 +101,124 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     documents whose id one of them holds are skipped instead of refused. `index_out`: write this
     run's index band files there. `spill_dir`: where client components leave their labels. `rows`: the
     input's rows, when known before reading (Parquet footers): with the counts of each stage, it lets
-    small routes skip a shuffle (`dedup.job.routing.SMALL_ROUTE_BYTES`)."""
+    small routes skip a shuffle (`dedup.job.routing.SMALL_ROUTE_BYTES`). `kept`: each stage's results
+    are kept there as it finishes, and the stages an interrupted run finished are read back instead
+    of computed (`dedup.job.checkpoints`); `features_dir` is then where the checkpoints keep them."""
     if components not in COMPONENT_MODES:
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
-    with Stage(report, "features") as stage:  # and the ids' check: one round trip for both
+    kept = kept or Checkpoints.nowhere()
+    kept.restore(report)
+    if kept.reused("features") is not None:
+        feat = kept.frame("features", "feat")
+        if features_dir is None:  # kept in memory, as the interrupted run did
+            feat = persist(feat)
+    else:
+        feat = _features_stage(ddf, id_column=id_column, text_column=text_column, params=params, protected=protected,
+                               features_dir=features_dir, npartitions=npartitions, against=against, rows=rows,
+                               index_out=index_out, locate=locate, null_id_files=null_id_files,
+                               skip_existing=skip_existing, report=report, kept=kept)
+    examples = None
+    if protected is not None:
+        if kept.reused("contamination") is not None:
+            examples = kept.table("contamination", "examples")
+        else:
+            with Stage(report, "contamination", kept) as stage:
+                got = contamination(ddf, feat, protected, text_column, report.input_rows, report.contaminated,
+                                    examples=details)
+                examples = got.examples
+                report.contaminated_by_file = got.by_file
+                report.contaminated_by_record = got.by_record
+                report.contaminated_records = got.records
+                stage.summary = f"{report.contaminated} documents hit {got.records} protected record(s)"
+                stage.keep(tables={"examples": examples})
+    if not near:
+        return Decisions(feat, None, None, None, examples)
+    layout = index.Layout.gathering(against, feat.npartitions) if against else None
+    first_indexed = layout.first_key if layout else keyspace.NO_INDEX
+    placement = layout.placement if layout else keyspace.OWN
+    if (saved := kept.reused("buckets")) is not None:
+        edges, idx_feat, edge_rows = kept.frame("buckets", "edges"), kept.maybe_frame("buckets", "idx_feat"), saved["edges"]
+    else:
+        with Stage(report, "buckets", kept) as stage:
+            edges, idx_feat, b = buckets(feat, params, npartitions, index_out=index_out, layout=layout,
+                                         rows=report.input_rows)
+            report.approximated_buckets = b.approximated_buckets
+            report.largest_approximated_bucket = b.largest_approximated_bucket
+            report.index_bytes += b.index_band_bytes
+            report.bucket_partitions = b.bucket_partitions
+            edge_rows = b.edges
+            stage.summary = f"bucket edges on the workers, {report.approximated_buckets} approximated bucket(s)"
+            if layout is not None:
+                report.indexed_documents = sum(p.documents for p in against)
+                stage.summary += (f"; {b.indexed_matched} of {report.indexed_documents} indexed documents share a "
+                                  "bucket with this input")
+            stage.keep({"edges": edge_rows}, frames={"edges": edges, "idx_feat": idx_feat})
+    feat_all, texts = feat, ddf
+    if idx_feat is not None:  # persisted once: every use in confirm and roots would redo the concat
+        old = idx_feat.partitions[feat.npartitions:].clear_divisions()
+        feat_all = persist(dd.concat([feat, old[list(feat.columns)]]))
+        texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
+    if (saved := kept.reused("confirm")) is not None:
+        graph, scored, graph_edges = kept.frame("confirm", "graph"), kept.frame("confirm", "scored"), saved["graph_edges"]
+    else:
+        with Stage(report, "confirm", kept) as stage:
+            graph, scored, conf = confirm(edges, feat_all, texts, text_column=text_column, params=params,
+                                          n_new=feat.npartitions, placement=placement, edge_rows=edge_rows)
+            report.similarity_histogram = conf.similarity_histogram
+            report.candidate_pairs, report.confirmed_pairs = conf.candidate_pairs, conf.confirmed_pairs
+            report.same_text_pairs = conf.same_text_pairs
+            graph_edges = conf.graph_edges
+            stage.summary = (f"{report.confirmed_pairs} of {report.candidate_pairs} candidate pairs reach "
+                             f"{params.threshold:.3f} ({params.confirm}), {report.same_text_pairs} same-text pairs")
+            stage.keep({"graph_edges": graph_edges}, frames={"graph": graph, "scored": scored})
+    if (saved := kept.reused("components")) is not None:
+        labels, mode = kept.frame("components", "labels"), saved["mode"]
+    else:
+        with Stage(report, "components", kept) as stage:
+            mode = components
+            if mode == "auto":
+                mode = "client" if graph_edges <= CLIENT_COMPONENT_EDGES else "distributed"
+            report.components = mode
+            if mode == "client":
+                labels = components_on_client(graph, feat_all.npartitions, spill_dir, placement)
+                stage.summary = f"{graph_edges} edges joined on the client"
+            else:
+                labels, rounds = components_on_cluster(graph, npartitions or feat.npartitions)
+                report.component_rounds = rounds
+                stage.summary = f"{graph_edges} edges joined on the cluster in {rounds} large/small-star rounds"
+            stage.keep({"mode": mode}, frames={"labels": labels})
+    if kept.reused("roots") is not None:
+        root_rows, summary = kept.frame("roots", "roots"), kept.table("roots", "summary")
+    else:
+        with Stage(report, "roots", kept) as stage:
+            root_rows, r = roots(labels, feat_all, feat.npartitions, first_indexed, placement,
+                                 placed=mode == "client", edge_rows=graph_edges,
+                                 summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if details else None,
+                                 scored=scored if details else None, exact=params.confirm == "exact")
+            report.clusters, report.largest_cluster = r.clusters, r.largest
+            report.near_duplicates = r.duplicates
+            report.near_duplicates_of_indexed = r.of_indexed
+            summary = r.summary
+            stage.summary = (f"{report.clusters} clusters, largest {report.largest_cluster}, "
+                             f"{report.near_duplicates} near duplicates")
+            if layout is not None:
+                stage.summary += f", {report.near_duplicates_of_indexed} of them of earlier outputs' documents"
+            stage.keep(frames={"roots": root_rows}, tables={"summary": summary})
+    return Decisions(feat, root_rows, root_rows if details else None, summary, examples)
+
+
+def _features_stage(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
+                    protected: ProtectedNgrams | None, features_dir: str | None, npartitions: int | None,
+                    against: Sequence[index.IndexPart], rows: int | None, index_out: str | None,
+                    locate: Callable[[int], tuple[str, int]] | None, null_id_files: Sequence[str],
+                    skip_existing: bool, report: Report, kept: Checkpoints) -> dd.DataFrame:
+    """Stage 1: the features, kept (worker memory or `features_dir`), and the ids' check in the same
+    round trip (every id unique, and new to the earlier outputs' indexes unless `skip_existing`)."""
+    with Stage(report, "features", kept) as stage:  # and the ids' check: one round trip for both
         feat, lazy_counts = features(ddf, id_column=id_column, text_column=text_column, params=params,
-                                            protected=protected, features_dir=features_dir)
+                                     protected=protected, features_dir=features_dir)
         conflicts, k, lazy_ids = id_conflicts(feat, npartitions, against=against, index_out=index_out,
-                                                     rows=rows)
+                                              rows=rows)
         fc, ic, sample = compute(lazy_counts, *lazy_ids)
         c = feature_counts(fc)
         if c.null_ids:
@@ -126,72 +237,9 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
                                  skip_existing, report)
             stage.summary += (f"; {report.skipped_existing} already read by an earlier run, skipped"
                               if report.skipped_existing else "; none was read by an earlier run")
-    examples = None
-    if protected is not None:
-        with Stage(report, "contamination") as stage:
-            got = contamination(ddf, feat, protected, text_column, report.input_rows, report.contaminated,
-                                       examples=details)
-            examples = got.examples
-            report.contaminated_by_file = got.by_file
-            report.contaminated_by_record = got.by_record
-            report.contaminated_records = got.records
-            stage.summary = f"{report.contaminated} documents hit {got.records} protected record(s)"
-    if not near:
-        return Decisions(feat, None, None, None, examples)
-    layout = index.Layout.gathering(against, feat.npartitions) if against else None
-    first_indexed = layout.first_key if layout else keyspace.NO_INDEX
-    placement = layout.placement if layout else keyspace.OWN
-    with Stage(report, "buckets") as stage:
-        edges, idx_feat, b = buckets(feat, params, npartitions, index_out=index_out, layout=layout,
-                                     rows=report.input_rows)
-        report.approximated_buckets = b.approximated_buckets
-        report.largest_approximated_bucket = b.largest_approximated_bucket
-        report.index_bytes += b.index_band_bytes
-        report.bucket_partitions = b.bucket_partitions
-        edge_rows = b.edges
-        stage.summary = f"bucket edges on the workers, {report.approximated_buckets} approximated bucket(s)"
-        if layout is not None:
-            report.indexed_documents = sum(p.documents for p in against)
-            stage.summary += (f"; {b.indexed_matched} of {report.indexed_documents} indexed documents share a "
-                              "bucket with this input")
-    feat_all, texts = feat, ddf
-    if idx_feat is not None:  # persisted once: every use in confirm and roots would redo the concat
-        old = idx_feat.partitions[feat.npartitions:].clear_divisions()
-        feat_all = persist(dd.concat([feat, old[list(feat.columns)]]))
-        texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
-    with Stage(report, "confirm") as stage:
-        graph, scored, conf = confirm(edges, feat_all, texts, text_column=text_column, params=params,
-                                            n_new=feat.npartitions, placement=placement, edge_rows=edge_rows)
-        report.similarity_histogram = conf.similarity_histogram
-        report.candidate_pairs, report.confirmed_pairs = conf.candidate_pairs, conf.confirmed_pairs
-        report.same_text_pairs = conf.same_text_pairs
-        stage.summary = (f"{report.confirmed_pairs} of {report.candidate_pairs} candidate pairs reach "
-                         f"{params.threshold:.3f} ({params.confirm}), {report.same_text_pairs} same-text pairs")
-    with Stage(report, "components") as stage:
-        mode = components
-        if mode == "auto":
-            mode = "client" if conf.graph_edges <= CLIENT_COMPONENT_EDGES else "distributed"
-        report.components = mode
-        if mode == "client":
-            labels = components_on_client(graph, feat_all.npartitions, spill_dir, placement)
-            stage.summary = f"{conf.graph_edges} edges joined on the client"
-        else:
-            labels, rounds = components_on_cluster(graph, npartitions or feat.npartitions)
-            report.component_rounds = rounds
-            stage.summary = f"{conf.graph_edges} edges joined on the cluster in {rounds} large/small-star rounds"
-    with Stage(report, "roots") as stage:
-        root_rows, r = roots(labels, feat_all, feat.npartitions, first_indexed, placement,
-                                placed=mode == "client", edge_rows=conf.graph_edges,
-                                summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if details else None,
-                                scored=scored if details else None, exact=params.confirm == "exact")
-        report.clusters, report.largest_cluster = r.clusters, r.largest
-        report.near_duplicates = r.duplicates
-        report.near_duplicates_of_indexed = r.of_indexed
-        stage.summary = (f"{report.clusters} clusters, largest {report.largest_cluster}, "
-                         f"{report.near_duplicates} near duplicates")
-        if layout is not None:
-            stage.summary += f", {report.near_duplicates_of_indexed} of them of earlier outputs' documents"
-    return Decisions(feat, root_rows, root_rows if details else None, r.summary, examples)
+        on_disk = features_dir is not None and not report.skipped_existing  # else marked since, in memory
+        stage.keep(**({"written": {"feat": feat}} if on_disk else {"frames": {"feat": feat}}))
+    return feat
 
 
 def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sample: pd.DataFrame, id_column: str,
@@ -306,8 +354,13 @@ def execute(plan: Plan) -> dict[str, Any]:
             _write_page(plan, manifest, extras)
         plan.staging.write_json(MANIFEST, manifest)  # written last: the manifest marks the output complete
         _commit(plan, output_rows)
-    except BaseException:
+    except BaseException as exc:
+        if _no_space(exc):  # what was kept would only hold the space a new attempt needs
+            plan.staging.keep = False
         plan.staging.abandon(settle=settle)  # the tasks still running end (or find their run ended) first
+        if plan.staging.keep and plan.kept is not None and plan.kept.finished():
+            log.warning("the finished stages (%s) are kept in %s: the same command resumes from them, --restart "
+                        "starts over", ", ".join(plan.kept.finished()), plan.staging.url)
         raise
     finally:
         plan.close()
@@ -328,15 +381,24 @@ def _write(plan: Plan) -> report_page.Extras:
     extras = report_page.Extras()
     plan.features_on_disk = memory.features_on_disk(plan.features_on_disk, sum(s.rows for s in plan.shards),
                                                     params.num_perm)
+    kept = plan.kept = Checkpoints(staging)
+    if kept.reused_stages:
+        log.info("resuming: reusing %s from the interrupted run of %s", ", ".join(kept.reused_stages),
+                 staging.resumed_from)
+    elif staging.resumed_from is not None:
+        log.info("resuming: the interrupted run of %s finished no stage; starting from the first",
+                 staging.resumed_from)
     try:
         decided = analyse(
             ddf, protected=plan.protected, near=plan.near, id_column=plan.id_column,
             text_column=plan.text_column, params=params, report=report, components=plan.components,
-            features_dir=staging.url + "/_features" if plan.features_on_disk else None,
+            features_dir=kept.directory("features", "feat") if plan.features_on_disk else None,
             locate=write.locator(groups), details=plan.write_report, against=plan.against,
             skip_existing=plan.skip_existing,
             index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
-            spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards))
+            spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards), kept=kept)
+        # reused whole, or else the partitions an interrupted run wrote (kept as each finished), and the rest written
+        written = kept.reused("write") is not None
         inputs = shared((groups, plan.schema))
         shown = page_data.page_documents(decided) if plan.write_report else None
         # the shards, the removed list and the page's texts: one round trip; each task takes the
@@ -352,7 +414,8 @@ def _write(plan: Plan) -> report_page.Extras:
             offsets = shared(write.row_offsets(groups, counts))
         if not plan.dry_run:
             lazy["shards"] = dd.map_partitions(
-                write.write_group, decided.feat, decided.roots, inputs, plan.id_column,
+                resumable, write.write_group, kept.directory("write", "shards"), decided.feat, decided.roots, inputs,
+                plan.id_column,
                 plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
                 shared((plan.text_column, shown.rows_by_partition())) if shown is not None else None, offsets,
                 meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
@@ -360,17 +423,18 @@ def _write(plan: Plan) -> report_page.Extras:
         if plan.write_report:
             prot = shared(plan.protected) if plan.protected is not None else None
             lazy["removed"] = dd.map_partitions(
-                write.write_removed, decided.feat, decided.roots,
+                resumable, write.write_removed, kept.directory("write", "removed"), decided.feat, decided.roots,
                 decided.matches, inputs, plan.id_column, prot, staging.url, meta={"rows": "int64"},
                 align_dataframes=False)
         with Stage(report, "report" if plan.dry_run else "write") as stage:
             got = dict(zip(lazy, compute(*lazy.values(), retries=plan.retries)))
-            if split and lazy:  # the parts of each split file joined into it, a task a file
+            if split and lazy and not written:  # the parts of each split file joined into it, a task a file
                 joins = [(name, pieces) for name, pieces in split.items() if "shards" in lazy] + \
                     [(f"{removed.REMOVED}/{name}", pieces) for name, pieces in split.items() if "removed" in lazy]
                 compute(*[dask.delayed(write.join_pieces)(staging.url, name, pieces) for name, pieces in joins],
                         retries=plan.retries)
-                staging.remove(write.PIECES_DIR)
+            kept.save("write", report)  # before the index's counts are added to the report, and the parts removed
+            staging.remove(write.PIECES_DIR)  # after the mark: a run resumed before it joins the parts again
             listed = f"; {int(got['removed']['rows'].sum())} removed documents listed in {removed.REMOVED}" \
                 if "removed" in got else ""
             stage.summary = (f"{len(plan.shards)} Parquet shards to the staging directory" if "shards" in got
@@ -378,13 +442,14 @@ def _write(plan: Plan) -> report_page.Extras:
             if write_index:
                 stage.summary += _write_index_meta(plan, got["shards"])
         if shown is not None:
+            kept.reused("report")  # never kept: run again whenever the write was reused
             with Stage(report, "report") as stage:
                 text_of = ({k: t for pairs in got["shards"]["texts"] for k, t in pairs} if "shards" in got
                            else page_data.read_texts(shown.keys, write.locator(groups), plan.text_column))
                 extras = page_data.report_extras(shown, text_of, params, plan.protected)
                 stage.summary = "the largest clusters and examples for the page"
-        staging.remove("_features")
-        staging.remove("_labels")
+        for name in (STAGES_DIR, "_labels", RESUME):  # never part of OUTPUT
+            staging.remove(name)
     except Exception as exc:
         _explain_killed_worker(exc, [[p.describe() for p in g] for g in groups],
                                plan.protected.nbytes / 1e6 if plan.protected else 0.0)
@@ -398,7 +463,9 @@ def _write_index_meta(plan: Plan, written: pd.DataFrame) -> str:
     report.index_documents = int(written["indexed"].sum())
     report.index_near_duplicates = int(written["absorbed"].sum())
     report.index_bytes += int(written["bytes"].sum())
-    pointed = [s.name for s in plan.shards] + [f for f in staging.files() if f.startswith(f"{index.INDEX_DIR}/")]
+    meta = f"{index.INDEX_DIR}/{index.INDEX_META}"  # one a resumed run's write left is written again
+    pointed = [s.name for s in plan.shards] + [f for f in staging.files() if f.startswith(f"{index.INDEX_DIR}/")
+                                               and f != meta]
     staging.write_json(f"{index.INDEX_DIR}/{index.INDEX_META}", index.index_meta(
         plan.params, uid=index.new_uid(), id_type=write.cluster_type(plan.schema, plan.id_column),
         partitions=len(plan.groups), bucket_parts=report.bucket_partitions, id_parts=report.id_partitions,
@@ -459,7 +526,20 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
                    "bytes_per_document": round(report.index_bytes / max(1, report.index_documents), 1)}
                   if plan.write_index and plan.near and not plan.dry_run and plan.shards else None),
         "removed": removed.REMOVED if plan.write_report else None,
+        **({"resumed": resumed} if plan.kept is not None and (resumed := plan.kept.summary()) else {}),
     }
+
+
+def _no_space(exc: BaseException) -> bool:
+    """Whether `exc`, or an exception it was raised from, is a full disk."""
+    import errno
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _write_page(plan: Plan, manifest: dict[str, Any], extras: report_page.Extras) -> None:
@@ -495,7 +575,8 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
         text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
         components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
         partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
-        against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True) -> dict[str, Any]:
+        against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True,
+        restart: bool = False) -> dict[str, Any]:
     """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
 
     Runs on the active distributed client (or the local scheduler without one). OUTPUT mirrors
@@ -508,12 +589,15 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
     OUTPUTs): its documents that duplicate one of theirs are dropped, theirs always survive.
     `features_on_disk`: keep the features on disk (True) or in worker memory (False); by default
     (None) in memory while they fit a quarter of it (`dedup.job.memory`).
+    Each stage's results are kept in the staging directory as it finishes: a run that dies leaves
+    them, and the same call resumes from them (`dedup.job.checkpoints`); `restart` starts over.
     When it returns, the job holds nothing in the cluster's memory.
     """
     plan = prepare(input, output, protected=protected, near=near, id_column=id_column, text_column=text_column,
                    params=params, drop=drop, overwrite=overwrite, components=components, retries=retries,
                    features_on_disk=features_on_disk, partition_rows=partition_rows, dry_run=dry_run,
-                   write_report=write_report, against=against, skip_existing=skip_existing, write_index=write_index)
+                   write_report=write_report, against=against, skip_existing=skip_existing, write_index=write_index,
+                   restart=restart)
     try:
         return execute(plan)
     finally:

@@ -62,11 +62,18 @@ STAGE_LINE = "%s: %s (%.1f s)"
 
 
 class Stage:
-    """Times one stage into the report and logs one line for it: what it did, and its seconds."""
+    """Times one stage into the report and logs one line for it: what it did, and its seconds. With
+    `kept` (`dedup.job.checkpoints.Checkpoints`), what the stage gave to `keep` is saved as it ends,
+    before its line: a run killed after the line resumes after the stage."""
 
-    def __init__(self, report: Report, name: str) -> None:
-        self.report, self.name = report, name
+    def __init__(self, report: Report, name: str, kept: Any = None) -> None:
+        self.report, self.name, self.kept = report, name, kept
         self.summary = ""
+        self._keep: dict[str, Any] | None = None
+
+    def keep(self, values: dict[str, Any] | None = None, **what: Any) -> None:
+        """What to save of this stage when it ends (`Checkpoints.save`'s arguments)."""
+        self._keep = {"values": values, **what}
 
     def __enter__(self) -> Self:
         from dedup.job.compute import PROGRESS_LABEL
@@ -80,6 +87,11 @@ class Stage:
         from dedup.job.compute import PROGRESS_LABEL
 
         PROGRESS_LABEL.reset(self._label)
+        if exc_type is None and self.kept is not None and self._keep is not None:
+            secs = time.perf_counter() - self.start  # with the seconds so far: the saved report has them
+            self.report.seconds[self.name] = round(self.report.seconds.get(self.name, 0.0) + secs, 3)
+            self.kept.save(self.name, self.report, **self._keep)
+            self.report.seconds[self.name] = round(self.report.seconds[self.name] - secs, 3)
         secs = time.perf_counter() - self.start
         self.report.seconds[self.name] = round(self.report.seconds.get(self.name, 0.0) + secs, 3)
         if exc_type is None:
@@ -116,19 +128,38 @@ class Plan:
     against: list[IndexPart] = field(default_factory=list)
     skip_existing: bool = False
     write_index: bool = True
+    kept: Any = None
+    """The stage results kept as the job goes (`dedup.job.checkpoints.Checkpoints`, made when it starts)."""
 
     def close(self) -> None:
         self.staging.close()
+
+
+def fingerprint(shards: Sequence[shards_mod.Shard], params: Params, options: dict[str, Any],
+                protected: ProtectedNgrams | None, against: Sequence[IndexPart]) -> dict[str, Any]:
+    """What a run's results depend on: dedup's version, the parameters and options, the protected
+    text (`ProtectedNgrams.digest`), the earlier indexes, and each input file's size and
+    modification time (or etag). Two runs with equal fingerprints compute the same stage results."""
+    from dedup.job.manifest import versions
+    from dedup.storage.stamps import file_versions
+
+    return {"version": versions(), "parameters": params.as_dict(), "options": options,
+            "protected": protected.digest() if protected is not None else None,
+            "against": [p.uid for p in against],
+            "input": {s.name: v for s, v in zip(shards, file_versions([s.path for s in shards]))}}
 
 
 def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
             text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
             components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
             partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
-            against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True) -> Plan:
+            against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True,
+            restart: bool = False) -> Plan:
     """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right.
 
-    against: earlier OUTPUTs whose indexes this run's documents are compared with (near-dedup only)."""
+    against: earlier OUTPUTs whose indexes this run's documents are compared with (near-dedup only).
+    An interrupted run on the same OUTPUT with the same fingerprint (`fingerprint`) is resumed from
+    the stages it finished (`dedup.job.checkpoints`), unless `restart`."""
     start = time.perf_counter()
     params = params or Params()
     report = Report()
@@ -165,7 +196,10 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
                 if count == 0:
                     log.warning("protected file %s holds no %d-gram: it protects nothing", name, params.ngram_size)
             stage.summary = f"{len(prot)} distinct {params.ngram_size}-grams from {len(prot.files)} file(s)"
-    staging = Staging(output)
+    options = {"input": input, "near": near, "drop": drop, "id_column": id_column, "text_column": text_column,
+               "components": components, "partition_rows": partition_rows, "dry_run": dry_run,
+               "write_report": write_report, "skip_existing": skip_existing, "write_index": write_index}
+    staging = Staging(output, fingerprint(found, params, options, prot, parts), restart=restart)
     groups = shards_mod.partitions(found, rows=partition_rows)
     if big := shards_mod.oversized_groups(found, rows=partition_rows):
         log.info("%d input file(s) hold a row group above the partition bound (%s: %d rows): each is read in row "

@@ -1,8 +1,10 @@
-"""Small Parquet look-ups for error messages and accounting: where ids occur, rows written."""
+"""Small Parquet look-ups for error messages and accounting (where ids occur, rows written), and
+files written whole or not at all."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow.compute as pc
@@ -34,3 +36,30 @@ def parquet_rows(fs: Any, directory: str) -> int:
             with fs.open(f, "rb") as fh:
                 total += pq.ParquetFile(fh).metadata.num_rows
     return total
+
+
+def write_atomic(path: str, write: Callable[[Any], None]) -> None:
+    """Write a file whole or not at all: `write(fh)` fills a temporary file beside it, renamed into
+    place once closed (on an object store an object appears only when its upload completes)."""
+    import os
+    import uuid
+
+    import fsspec
+    from fsspec.implementations.local import LocalFileSystem
+
+    fs, p = fsspec.core.url_to_fs(path)
+    parent = p.rsplit("/", 1)[0]
+    fs.makedirs(parent, exist_ok=True)
+    if not isinstance(fs, LocalFileSystem):
+        with fs.open(p, "wb") as fh:
+            write(fh)
+        return
+    tmp = f"{p}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

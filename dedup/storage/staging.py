@@ -101,14 +101,43 @@ def deferred_interrupts() -> Iterator[_Deferred]:
             signal.signal(s, h)
 
 
+RESUME = "_resume.json"
+"""In a staging directory: the fingerprint of the run writing it (what it read, with which parameters)
+and when that run started. A later run with the same fingerprint resumes from the stages it finished."""
+
+
+def fingerprint_changes(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """What differs between two runs' fingerprints, in a few words; None when they are the same."""
+    if old == new:
+        return None
+    for key, what in (("version", "dedup's version"), ("parameters", "the parameters"), ("options", "the options"),
+                      ("protected", "the protected files"), ("against", "the earlier outputs (--against)")):
+        if old.get(key) != new.get(key):
+            return f"{what} changed"
+    before, now = old.get("input", {}), new.get("input", {})
+    changed = sorted(n for n in set(before) & set(now) if before[n] != now[n])
+    added, gone = sorted(set(now) - set(before)), sorted(set(before) - set(now))
+    for names, how in ((changed, "changed"), (added, "is new"), (gone, "is gone")):
+        if names:
+            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+            return f"input file {names[0]} {how}{more}"
+    return "the run's fingerprint changed"
+
+
 class Staging:
     """The staging directory of one run and the lock on its OUTPUT.
 
     Created before any computing, so an unwritable OUTPUT parent or a concurrent run is found
     at once; `commit` publishes it, `discard` removes it; `close` releases the lock.
+
+    With a `fingerprint` (`dedup.job.checkpoints.fingerprint`), the staging directory an interrupted run
+    left with the same fingerprint is taken over (`resumed_from`: when that run started), so its
+    finished stages are reused; one with another fingerprint is removed, with a line saying what
+    changed. `restart` removes it whatever its fingerprint. `keep` (set once a stage has finished)
+    makes a failed run leave its staging directory for the next run to resume from.
     """
 
-    def __init__(self, output: str) -> None:
+    def __init__(self, output: str, fingerprint: dict[str, Any] | None = None, restart: bool = False) -> None:
         self.output = output.rstrip("/") or output
         self.remote = is_url(self.output)
         if self.remote:
@@ -122,11 +151,16 @@ class Staging:
         self.lock_path = f"{parent}/.{name}.dedup-lock"
         self._lock_fd: int | None = None
         self.committed = False
+        self.keep = False
+        self.resumed_from: str | None = None
         try:
             self.fs.makedirs(self.parent, exist_ok=True)
             self._lock()
-            self._remove_stale()
+            self._remove_stale(fingerprint, restart)
             self.fs.makedirs(self.tmp, exist_ok=True)
+            if fingerprint is not None:
+                self.write_json(RESUME, {"fingerprint": fingerprint, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                                         "resumed_from": self.resumed_from})
             self.fs.pipe(f"{self.tmp}/{LIVE}", b"")
         except PermissionError as exc:
             self.close()
@@ -181,10 +215,13 @@ class Staging:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def _remove_stale(self) -> None:
-        """Staging directories that earlier runs on this OUTPUT left behind (a killed client)."""
+    def _remove_stale(self, fingerprint: dict[str, Any] | None = None, restart: bool = False) -> None:
+        """Staging directories that earlier runs on this OUTPUT left behind (a killed client, a lost
+        scheduler, a failure after a stage finished): the newest one with this run's fingerprint is
+        taken over (`_resume_from`), unless `restart`; the rest are removed."""
         pattern = re.compile(rf"^\.{re.escape(self.name)}\.dedup-(tmp|old)-[0-9a-f]{{12}}$")
         stale = [p for p in self.fs.ls(self.parent, detail=False) if pattern.match(p.rstrip("/").rsplit("/", 1)[-1])]
+        stale = [p.rstrip("/") for p in stale]
         if not self.remote and not os.path.exists(self.root):
             # A run killed between the two renames of the fallback commit: put the old output back.
             olds = [p for p in stale if ".dedup-old-" in p and os.path.exists(os.path.join(p, MANIFEST))]
@@ -192,6 +229,10 @@ class Staging:
                 os.rename(olds[0], self.root)
                 log.warning("restored OUTPUT %s from %s, left by an interrupted commit", self.output, olds[0])
                 stale.remove(olds[0])
+        if fingerprint is not None:
+            taken = self._resume_from([p for p in stale if ".dedup-tmp-" in p], fingerprint, restart)
+            if taken is not None:
+                stale.remove(taken)
         for p in stale:
             if not self.remote and os.path.islink(p):
                 os.unlink(p)
@@ -200,6 +241,32 @@ class Staging:
         if stale:
             log.info("removed %d staging director%s left by earlier runs on %s", len(stale),
                      "y" if len(stale) == 1 else "ies", self.output)
+
+    def _resume_from(self, candidates: list[str], fingerprint: dict[str, Any], restart: bool) -> str | None:
+        """The staging directory to take over, if one of `candidates` (the newest readable) was left by a
+        run with this fingerprint; it becomes this run's (`self.tmp`)."""
+        found = []
+        for p in candidates:
+            if not self.remote and os.path.islink(p):
+                continue
+            try:
+                with self.fs.open(f"{p}/{RESUME}", "r") as fh:
+                    found.append((json.load(fh), p))
+            except (OSError, ValueError):
+                continue
+        if not found:
+            return None
+        info, path = max(found, key=lambda f: str(f[0].get("started", "")))
+        when = info.get("started", "an unknown time")
+        if restart:
+            log.info("--restart: the interrupted run of %s is discarded; starting over", when)
+            return None
+        changed = fingerprint_changes(info.get("fingerprint", {}), fingerprint)
+        if changed is not None:
+            log.info("not resuming the interrupted run of %s: %s; starting over", when, changed)
+            return None
+        self.tmp, self.resumed_from, self.keep = path, when, True
+        return path
 
     # -- writing ----------------------------------------------------------------------------------
     def write_json(self, name: str, obj: Any) -> None:
@@ -270,9 +337,20 @@ class Staging:
         if self.committed or (self.remote and self.fs.exists(f"{self.tmp}/{MANIFEST}")):
             return
         try:
+            if self.keep:
+                self.hold(settle)
+                return
             self.discard(settle)
         except Exception as exc:  # noqa: BLE001
             log.warning("could not remove the staging directory %s (%s); remove it by hand", self.url, exc)
+
+    def hold(self, settle: Any = None) -> None:
+        """Leave the staging directory for a later run to resume from: the run's token goes, so that no
+        write task starts a file in it, and `settle()` waits for the tasks still running."""
+        with contextlib.suppress(FileNotFoundError):
+            self.remove(LIVE)
+        if settle is not None:
+            settle()
 
     def discard(self, settle: Any = None) -> None:
         """Remove the staging directory (OUTPUT is untouched). The run's token goes first, so that no

@@ -97,3 +97,22 @@ def seal(meta: dict[str, Any]) -> dict[str, Any]:
 def sealed(meta: Mapping[str, Any]) -> bool:
     """Whether `meta`'s checksum matches its other fields."""
     return "checksum" in meta and seal(dict(meta))["checksum"] == meta["checksum"]
+
+
+VERSION_KEYS = ("mtime", "ETag", "etag", "LastModified", "last_modified", "updated", "generation", "md5Hash")
+"""What file systems report of a file's version, besides its size (local, S3, GCS, Azure, ...)."""
+
+
+def file_versions(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """The size and modification time (or etag) of each file, as its file system reports them (one
+    request each, a few at a time): a file rewritten since has another."""
+    import fsspec
+
+    def version(path: str) -> dict[str, Any]:
+        fs, p = fsspec.core.url_to_fs(path)
+        info = fs.info(p)
+        return {"size": int(info.get("size") or 0),
+                **{k: str(info[k]) for k in VERSION_KEYS if info.get(k) is not None}}
+
+    with ThreadPoolExecutor(max_workers=max(1, min(THREADS, len(paths)))) as pool:
+        return list(pool.map(version, paths))

@@ -1,0 +1,211 @@
+"""Stage results kept on disk as the job goes, so that the same command resumes an interrupted run.
+
+Each finished stage leaves, in the staging directory (`_stages/<stage>/`), its frames as Parquet (a
+file a partition), its small tables, and last a `_done.json` holding the values later stages need
+and the report as it stood. The staging directory also holds the run's fingerprint
+(`dedup.storage.staging.RESUME`): a run with the same fingerprint takes the directory over
+(`Staging`) and reuses every finished stage (`Checkpoints.reused`); the write stage also reuses each
+partition it finished (`dedup.job.write`). Nothing stale can be reused: any change of input file,
+protected file, parameter, option or version changes the fingerprint, and the run starts over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import pickle
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+import dask.dataframe as dd
+import pandas as pd
+import pyarrow as pa
+
+from dedup.job.compute import compute
+from dedup.job.plan import Report
+from dedup.storage.staging import Staging
+
+log = logging.getLogger("dedup")
+
+STAGES_DIR = "_stages"
+DONE = "_done.json"
+META = "_meta.pkl"
+"""Beside a kept frame's parts: its Dask meta (an empty frame with its dtypes), pickled."""
+ORDER = ("features", "contamination", "buckets", "confirm", "components", "roots", "write")
+"""The stages whose results are kept, in the order they run (a run may skip contamination)."""
+
+
+class Checkpoints:
+    """The kept results of one staging directory: those an interrupted run finished, and this run's."""
+
+    def __init__(self, staging: Staging | None) -> None:
+        self.staging = staging
+        self.done: dict[str, dict[str, Any]] = {}
+        self.first_run: str | None = None
+        self.reused_stages: list[str] = []
+        if staging is None:
+            return
+        self.root = f"{staging.tmp}/{STAGES_DIR}"
+        for stage in ORDER:
+            try:
+                with staging.fs.open(f"{self.root}/{stage}/{DONE}", "r") as fh:
+                    self.done[stage] = json.load(fh)
+            except (FileNotFoundError, ValueError):
+                continue
+        self.reused_stages = [s for s in ORDER if s in self.done]
+        if self.done:
+            staging.keep = True
+
+    @classmethod
+    def nowhere(cls) -> Checkpoints:
+        """Nothing kept, nothing reused (a job on a frame of the caller's, with no staging directory)."""
+        return cls(None)
+
+    def reused(self, stage: str) -> dict[str, Any] | None:
+        """The values an interrupted run saved for `stage`, when it finished it; else None (and
+        `stage` is the first this run computes, if none was before it)."""
+        if stage in self.done:
+            return self.done[stage]["values"]
+        if self.first_run is None:
+            self.first_run = stage
+        return None
+
+    def restore(self, report: Report) -> None:
+        """Put the report as it stood after the last reused stage back (counts, and their seconds)."""
+        if not self.reused_stages:
+            return
+        saved = self.done[self.reused_stages[-1]]["report"]
+        seconds = {**saved.get("seconds", {}), **report.seconds}
+        for f in dataclasses.fields(Report):
+            if f.name in saved:
+                setattr(report, f.name, saved[f.name])
+        report.seconds = seconds
+
+    def maybe_frame(self, stage: str, name: str) -> dd.DataFrame | None:
+        """`frame`, or None if `stage` saved None under `name`."""
+        return self.frame(stage, name) if name in self.done[stage]["frames"] else None
+
+    def frame(self, stage: str, name: str) -> dd.DataFrame:
+        """A frame `stage` saved, read back a partition a task, with its dtypes."""
+        assert self.staging is not None  # only a stage done is read back
+        with self.staging.fs.open(f"{self.root}/{stage}/{name}/{META}", "rb") as fh:
+            meta = pickle.load(fh)
+        paths = [self._part(stage, name, i) for i in range(self.done[stage]["frames"][name])]
+        return dd.from_map(partial(read_part, like=meta), paths, meta=meta, enforce_metadata=False,
+                           label=f"kept-{name}")
+
+    def table(self, stage: str, name: str) -> pd.DataFrame | None:
+        """A small table `stage` saved (None if it saved None)."""
+        if name not in self.done[stage]["tables"]:
+            return None
+        assert self.staging is not None
+        with self.staging.fs.open(f"{self.root}/{stage}/{name}.pkl", "rb") as fh:
+            return pickle.load(fh)
+
+    def save(self, stage: str, report: Report, values: Mapping[str, Any] | None = None,
+             frames: Mapping[str, dd.DataFrame | None] | None = None,
+             tables: Mapping[str, pd.DataFrame | None] | None = None, written: Mapping[str, dd.DataFrame] | None = None
+             ) -> None:
+        """Keep a finished stage: its frames (persisted ones: nothing is computed again), its small
+        tables, then the mark that it finished, with `values` and the report. `written`: frames the
+        stage itself wrote in `directory` (as `part-NNNNNN.parquet`). From then on a failed run leaves
+        its staging directory for the next run to resume from."""
+        if self.staging is None:
+            return
+        fs = self.staging.fs
+        fs.makedirs(f"{self.root}/{stage}", exist_ok=True)
+        kept = {name: f for name, f in (frames or {}).items() if f is not None}
+        for name, f in {**kept, **(written or {})}.items():
+            fs.makedirs(f"{self.root}/{stage}/{name}", exist_ok=True)
+            with fs.open(f"{self.root}/{stage}/{name}/{META}", "wb") as fh:
+                pickle.dump(f._meta, fh)
+        lazy = [f.map_partitions(_write_part, self._part(stage, name, "{}"), meta={"rows": "int64"})
+                for name, f in kept.items()]
+        if lazy:
+            compute(*lazy)
+        saved = [name for name, t in (tables or {}).items() if t is not None]
+        for name in saved:
+            with fs.open(f"{self.root}/{stage}/{name}.pkl", "wb") as fh:
+                pickle.dump((tables or {})[name], fh)
+        done = {"values": dict(values or {}), "report": dataclasses.asdict(report), "tables": saved,
+                "frames": {name: f.npartitions for name, f in {**kept, **(written or {})}.items()}}
+        with fs.open(f"{self.root}/{stage}/{DONE}", "w") as fh:
+            json.dump(done, fh)
+        self.staging.keep = True
+
+    def _part(self, stage: str, name: str, i: int | str) -> str:
+        number = i if isinstance(i, str) else f"{i:06d}"
+        return f"{self.directory(stage, name)}/part-{number}.parquet"
+
+    def directory(self, stage: str, name: str) -> str | None:
+        """Where the parts of frame `name` of `stage` are kept (None when nothing is kept)."""
+        return None if self.staging is None else f"{self.staging.url}/{STAGES_DIR}/{stage}/{name}"
+
+    def finished(self) -> list[str]:
+        """The stages kept so far (reused or finished by this run), in order."""
+        if self.staging is None:
+            return []
+        fs = self.staging.fs
+        return [s for s in ORDER if s in self.done or fs.exists(f"{self.root}/{s}/{DONE}")]
+
+    def summary(self) -> dict[str, Any] | None:
+        """The manifest's `resumed`: the first stage run again and the stages reused; None if none was."""
+        if not self.reused_stages:
+            return None
+        return {"from": self.first_run or "commit", "reused": list(self.reused_stages)}
+
+
+def _write_part(frame: pd.DataFrame, pattern: str, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    assert partition_info is not None
+    write_part(frame, pattern.format(f"{partition_info['number']:06d}"))
+    return pd.DataFrame({"rows": [len(frame)]})
+
+
+def write_part(frame: pd.DataFrame, path: str) -> None:
+    """One frame as a Parquet file, index dropped, written whole or not at all (`io.write_atomic`)."""
+    import pyarrow.parquet as pq
+
+    from dedup.storage import io
+
+    table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
+    io.write_atomic(path, lambda fh: pq.write_table(table, fh))
+
+
+def read_part(path: str, like: pd.DataFrame | None = None) -> pd.DataFrame:
+    """A file `write_part` wrote, with the dtypes of `like` (binary columns as Arrow's, as they were)."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    with fsspec.open(path, "rb") as fh:
+        table = pq.read_table(fh, use_threads=False)
+    mapper = {pa.large_binary(): pd.ArrowDtype(pa.large_binary()), pa.binary(): pd.ArrowDtype(pa.binary())}.get
+    frame = table.to_pandas(types_mapper=mapper, use_threads=False)
+    if like is None:
+        return frame
+    differ = {c: t for c, t in like.dtypes.items() if c in frame.columns and frame[c].dtype != t}
+    return frame.astype(differ)[list(like.columns)] if differ else frame[list(like.columns)]
+
+
+def resumable(task: Callable[..., pd.DataFrame], marks: str | None, *args: Any,
+              partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """`task(*args)` for one partition, unless a run on this staging directory already did it: each
+    result is kept in `marks` as its task ends, and returned from there (`marks` None: no keeping)."""
+    if marks is None:
+        return task(*args, partition_info=partition_info)
+    import fsspec
+
+    from dedup.storage import io
+    from dedup.storage.staging import check_live
+
+    assert partition_info is not None
+    path = f"{marks}/part-{partition_info['number']:06d}.pkl"
+    fs, local = fsspec.core.url_to_fs(path)
+    if fs.exists(local):
+        with fs.open(local, "rb") as fh:
+            return pickle.load(fh)
+    out = task(*args, partition_info=partition_info)
+    check_live(fs, local)
+    io.write_atomic(path, lambda fh: pickle.dump(out, fh))
+    return out

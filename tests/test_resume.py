@@ -1,0 +1,206 @@
+"""A long job survives its client: a run whose client was killed after any stage, or whose scheduler
+died, resumes from the stages it finished and writes byte for byte what an uninterrupted run writes;
+a changed input or protected file, or --restart, starts over; two reruns at once never share the
+staging directory. A real `dask scheduler` and workers, the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dedup.corpus import generate
+from dedup.job.checkpoints import ORDER
+from tests.conftest import DEDUP, start_dask, start_scheduler, stop_processes, write_shards
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """1,500 documents: five small shards and one file of six row groups that is split across
+    partitions (its parts joined at the write), and a protected file holding a few of the texts."""
+    root = tmp_path_factory.mktemp("resume")
+    docs = generate(1500, seed=11)
+    frame = pd.DataFrame({"id": [d.id for d in docs], "text": [d.text for d in docs]})
+    src = write_shards(frame.iloc[:900], root / "in", 5)
+    pq.write_table(pa.Table.from_pandas(frame.iloc[900:], preserve_index=False), src / "big.parquet",
+                   row_group_size=100)
+    prot = root / "eval.jsonl"
+    prot.write_text("".join(json.dumps({"text": t}) + "\n" for t in frame["text"].iloc[::300]))
+    return src, prot
+
+
+def _command(src: Path, prot: Path, out: Path, sched: Path, *more: str) -> list[str]:
+    return [*DEDUP, "run", str(src), str(out), "--scheduler-file", str(sched), "--protected", str(prot),
+            "--partition-rows", "250", *more]
+
+
+def _parquet_digests(out: Path) -> dict[str, str]:
+    """Every Parquet file under OUTPUT (shards, the removed list, the index), by path."""
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*.parquet")) if p.is_file()}
+
+
+def _kill_after(cmd: list[str], line: str, timeout: float = 240) -> str:
+    """Start `cmd`, SIGKILL it as soon as a line of its stderr starts with `line`; its stderr until then."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    deadline = time.time() + timeout
+    try:
+        assert proc.stderr is not None
+        while time.time() < deadline:
+            got = proc.stderr.readline()
+            if not got:
+                break
+            seen += got
+            if got.split(" ", 3)[-1].startswith(line):
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=30)
+                return seen
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    raise AssertionError(f"no line starting {line!r}; stderr:\n{seen}")
+
+
+def _staging(out: Path) -> list[Path]:
+    return [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.dedup-tmp-")]
+
+
+@pytest.fixture(scope="module")
+def baseline(inputs: tuple[Path, Path], dask_processes: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("baseline") / "out"
+    got = subprocess.run(_command(*inputs, out, dask_processes), capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stderr
+    assert "resumed" not in json.loads((out / "_dedup.json").read_text())
+    digests = _parquet_digests(out)
+    assert any(k.startswith("_index/") for k in digests) and any(k.startswith("_report/removed") for k in digests)
+    return digests
+
+
+def test_a_client_killed_after_each_stage_resumes_to_the_same_output(inputs: tuple[Path, Path], dask_processes: Path,
+                                                                     baseline: dict[str, str], tmp_path: Path) -> None:
+    """The client is SIGKILLed right after each stage's line, one stage further each time: every
+    rerun of the same command names the stages it reuses, and the last one writes what an
+    uninterrupted run writes."""
+    out = tmp_path / "out"
+    cmd = _command(*inputs, out, dask_processes)
+    for i, stage in enumerate(ORDER):
+        seen = _kill_after(cmd, f"{stage}:")
+        assert out.exists() is False and len(_staging(out)) == 1, seen
+        if i:
+            assert f"resuming: reusing {', '.join(ORDER[:i])} from the interrupted run of" in seen, seen
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stderr
+    assert f"resuming: reusing {', '.join(ORDER)} from the interrupted run of" in got.stderr
+    manifest = json.loads((out / "_dedup.json").read_text())
+    assert manifest["resumed"] == {"from": "report", "reused": list(ORDER)}
+    assert _parquet_digests(out) == baseline
+    assert not _staging(out) and not (out / "_stages").exists() and not (out / "_resume.json").exists()
+
+
+def test_a_changed_input_or_protected_file_starts_over(inputs: tuple[Path, Path], dask_processes: Path,
+                                                       tmp_path: Path) -> None:
+    """Killed after buckets; a protected file changed: the rerun says so and starts over. Killed
+    again; an input file rewritten: the same. The output is that of a fresh run on the new files."""
+    src, prot = tmp_path / "in", tmp_path / "eval.jsonl"
+    shutil.copytree(inputs[0], src)
+    shutil.copy(inputs[1], prot)
+    out = tmp_path / "out"
+    cmd = _command(src, prot, out, dask_processes)
+    _kill_after(cmd, "buckets:")
+    prot.write_text(prot.read_text() + json.dumps({"text": "a record added to the eval set since"}) + "\n")
+    seen = _kill_after(cmd, "buckets:")
+    assert "not resuming the interrupted run of" in seen and "the protected files changed; starting over" in seen, seen
+    assert "resuming: reusing" not in seen
+    shard = pd.read_parquet(src / "shard-01.parquet")
+    shard.loc[0, "text"] = "a text rewritten after the run was interrupted " * 3
+    shard.to_parquet(src / "shard-01.parquet", index=False)
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stderr
+    assert "input file shard-01.parquet changed; starting over" in got.stderr, got.stderr
+    assert "resumed" not in json.loads((out / "_dedup.json").read_text())
+    fresh = tmp_path / "fresh"
+    again = subprocess.run(_command(src, prot, fresh, dask_processes), capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stderr
+    assert _parquet_digests(out) == _parquet_digests(fresh)
+
+
+def test_restart_discards_what_was_kept(inputs: tuple[Path, Path], dask_processes: Path, baseline: dict[str, str],
+                                        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cmd = _command(*inputs, out, dask_processes)
+    _kill_after(cmd, "confirm:")
+    got = subprocess.run([*cmd, "--restart"], capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stderr
+    assert "--restart: the interrupted run of" in got.stderr and "resuming" not in got.stderr
+    assert "resumed" not in json.loads((out / "_dedup.json").read_text())
+    assert _parquet_digests(out) == baseline and not _staging(out)
+
+
+def test_two_reruns_at_once_one_is_refused(inputs: tuple[Path, Path], dask_processes: Path, baseline: dict[str, str],
+                                           tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cmd = _command(*inputs, out, dask_processes)
+    _kill_after(cmd, "buckets:")
+    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(timeout=240), p.communicate()[1]) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    refused = next(err for code, err in results if code == 2)
+    assert "Another dedup run is writing OUTPUT" in refused
+    assert _parquet_digests(out) == baseline and not _staging(out)
+
+
+@pytest.fixture()
+def own_cluster(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """A scheduler and two workers of this test's own (the test kills the scheduler)."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        yield procs
+    finally:
+        stop_processes(procs)
+
+
+def _cluster(directory: Path, procs: list[subprocess.Popen[bytes]]) -> Path:
+    directory.mkdir()
+    scheduler, sched_file = start_scheduler(directory)
+    procs.append(scheduler)
+    procs.append(start_dask("worker", "--scheduler-file", str(sched_file), "--nworkers", "2", "--nthreads", "1",
+                            "--no-dashboard", "--host", "127.0.0.1"))
+    return sched_file
+
+
+def test_a_lost_scheduler_resumes_on_a_new_one(inputs: tuple[Path, Path], baseline: dict[str, str], tmp_path: Path,
+                                               own_cluster: list[subprocess.Popen[bytes]]) -> None:
+    """The scheduler is SIGKILLed once the confirm stage has finished; the run fails, keeping what it
+    finished; the same command on a new scheduler resumes and writes what an uninterrupted run writes."""
+    out = tmp_path / "out"
+    first = _cluster(tmp_path / "first", own_cluster)
+    proc = subprocess.Popen(_command(*inputs, out, first), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    assert proc.stderr is not None
+    for got in proc.stderr:
+        seen += got
+        if got.split(" ", 3)[-1].startswith("confirm:"):
+            own_cluster[0].send_signal(signal.SIGKILL)
+            break
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 1, seen + err
+    assert "are kept in" in err and "the same command resumes from them" in err, err
+    second = _cluster(tmp_path / "second", own_cluster)
+    got = subprocess.run(_command(*inputs, out, second), capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stderr
+    reused = json.loads((out / "_dedup.json").read_text())["resumed"]["reused"]
+    assert reused[:4] == ["features", "contamination", "buckets", "confirm"], reused
+    assert _parquet_digests(out) == baseline and not _staging(out)
