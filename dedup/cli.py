@@ -398,6 +398,12 @@ def _message(exc: BaseException, args: argparse.Namespace) -> str:
             return (f"no space left on the device{f' holding OUTPUT {where!r}' if where else ''} ({seen}); free space "
                     "there or choose another OUTPUT. OUTPUT was left as it was.")
         seen = seen.__cause__ or seen.__context__
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionError) or type(seen).__name__ == "CommClosedError":
+            return (f"lost the connection to the scheduler ({type(seen).__name__}: {seen}): it stopped, restarted or "
+                    "could not be reached. OUTPUT was left as it was; run the job again once the scheduler is back.")
+        seen = seen.__cause__ or seen.__context__
     if type(exc).__name__ in ("FuturesCancelledError", "CancelledError"):  # distributed's: a lost scheduler
         lines = str(exc).splitlines()
         reason = next((line.split("for reason:", 1)[1].strip(" .") for line in lines if "for reason:" in line), "unknown")

@@ -61,7 +61,9 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
     if not scheduler and not scheduler_file and os.environ.get("DASK_SCHEDULER_ADDRESS"):
         scheduler = os.environ["DASK_SCHEDULER_ADDRESS"]  # set by the dask-kubernetes operator in a DaskJob
     if scheduler or scheduler_file:
-        client = Client(scheduler, scheduler_file=scheduler_file, timeout="30s")
+        # how long to wait for the scheduler, at the start and when it is lost: Dask's setting (30 s by default)
+        client = Client(scheduler, scheduler_file=scheduler_file,
+                        timeout=dask.config.get("distributed.comm.timeouts.connect"))
         try:
             log.info("connected to %s (%d workers); dashboard %s", client.scheduler.address,
                      len(client.scheduler_info(n_workers=-1)["workers"]), client.dashboard_link)

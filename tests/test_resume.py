@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -189,7 +190,10 @@ def test_a_lost_scheduler_resumes_on_a_new_one(inputs: tuple[Path, Path], baseli
     finished; the same command on a new scheduler resumes and writes what an uninterrupted run writes."""
     out = tmp_path / "out"
     first = _cluster(tmp_path / "first", own_cluster)
-    proc = subprocess.Popen(_command(*inputs, out, first), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # the client gives a lost scheduler 5 s to come back, not the default 30 s
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"}
+    proc = subprocess.Popen(_command(*inputs, out, first), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
     seen = ""
     assert proc.stderr is not None
     for got in proc.stderr:
@@ -205,4 +209,19 @@ def test_a_lost_scheduler_resumes_on_a_new_one(inputs: tuple[Path, Path], baseli
     assert got.returncode == 0, got.stderr
     reused = json.loads((out / "_dedup.json").read_text())["resumed"]["reused"]
     assert reused[:4] == ["features", "contamination", "buckets", "confirm"], reused
+    assert _parquet_digests(out) == baseline and not _staging(out)
+
+
+def test_threads_resume_too(inputs: tuple[Path, Path], dask_processes: Path, baseline: dict[str, str],
+                            tmp_path: Path) -> None:
+    """`--threads` (no cluster: the killed process was the whole job) resumes from what it kept, and
+    writes what the cluster writes."""
+    out = tmp_path / "out"
+    cmd = [arg for arg in _command(*inputs, out, dask_processes) if arg not in ("--scheduler-file", str(dask_processes))]
+    cmd += ["--threads", "2"]
+    _kill_after(cmd, "roots:")
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stderr
+    resumed = json.loads((out / "_dedup.json").read_text())["resumed"]
+    assert resumed["reused"][:6] == list(ORDER[:6]) and resumed["from"] in ("write", "report"), resumed
     assert _parquet_digests(out) == baseline and not _staging(out)

@@ -118,4 +118,4 @@ def test_features_on_disk_are_the_features_in_memory(documents: pd.DataFrame, tm
                            features_dir=str(tmp_path / "features"))
         assert disk.npartitions == 3
         pd.testing.assert_frame_equal(disk.compute(), memory.compute())
-    assert sorted(p.name for p in (tmp_path / "features").iterdir())[0] == "features-000000.parquet"
+    assert sorted(p.name for p in (tmp_path / "features").iterdir())[0] == "part-000000.parquet"

@@ -347,6 +347,8 @@ def execute(plan: Plan) -> dict[str, Any]:
         extras = _write(plan) if plan.shards else report_page.Extras()
         if not plan.shards:
             log.warning("input %s holds no files: writing an empty output", plan.input)
+        for name in (STAGES_DIR, RESUME):  # what a resumed run would need: never part of OUTPUT
+            plan.staging.remove(name)
         output_rows = _accounted_rows(plan)
         plan.report.seconds["total"] = round(time.perf_counter() - plan.start, 3)
         manifest = build_manifest(plan, output_rows)
@@ -448,8 +450,7 @@ def _write(plan: Plan) -> report_page.Extras:
                            else page_data.read_texts(shown.keys, write.locator(groups), plan.text_column))
                 extras = page_data.report_extras(shown, text_of, params, plan.protected)
                 stage.summary = "the largest clusters and examples for the page"
-        for name in (STAGES_DIR, "_labels", RESUME):  # never part of OUTPUT
-            staging.remove(name)
+        staging.remove("_labels")
     except Exception as exc:
         _explain_killed_worker(exc, [[p.describe() for p in g] for g in groups],
                                plan.protected.nbytes / 1e6 if plan.protected else 0.0)

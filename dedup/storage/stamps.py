@@ -106,9 +106,16 @@ VERSION_KEYS = ("mtime", "ETag", "etag", "LastModified", "last_modified", "updat
 def file_versions(paths: Sequence[str]) -> list[dict[str, Any]]:
     """The size and modification time (or etag) of each file, as its file system reports them (one
     request each, a few at a time): a file rewritten since has another."""
+    import os
+
     import fsspec
 
+    from dedup.storage.safety import is_url
+
     def version(path: str) -> dict[str, Any]:
+        if not is_url(path):  # a local name as it is (`::` or `[` in it are part of the name)
+            st = os.stat(path.removeprefix("file://"))
+            return {"size": st.st_size, "mtime": str(st.st_mtime_ns)}
         fs, p = fsspec.core.url_to_fs(path)
         info = fs.info(p)
         return {"size": int(info.get("size") or 0),
