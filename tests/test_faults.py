@@ -30,9 +30,20 @@ def bigger_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_shards(frame, tmp_path_factory.mktemp("bigger") / "in", 6)
 
 
+@pytest.fixture(scope="module")
+def undisturbed(bigger_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The assignments an undisturbed run gives (the same whatever the partitioning: the contract)."""
+    from distributed import Client, LocalCluster
+
+    out = tmp_path_factory.mktemp("undisturbed") / "out"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, Client(lc):
+        run(str(bigger_corpus), str(out), drop=False)
+    return _assignments(out)
+
+
 @pytest.mark.parametrize("task", ["shuffle", "cut-gathered", "exchanged", "cut-fanned"])
-def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, tmp_path: Path, task: str,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, undisturbed: bytes, tmp_path: Path,
+                                                        task: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker killed while it runs a shuffle task (no route small), a task cutting a group of a
     grouped shuffle into its destinations (`dedup.job.routing.route_grouped`), the one task of a small route
     that gathers and cuts (`dedup.job.routing.route_small`, `dedup.job.graphs.gathered`), or a task of a direct
@@ -54,7 +65,6 @@ def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, tmp
     sizes = {"partition_rows": 400} if task == "cut-fanned" else {}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
             Client(lc) as client:
-        run(str(bigger_corpus), str(tmp_path / "baseline"), drop=False, **sizes)
         pids = client.run(os.getpid)
         outcome: dict[str, object] = {}
 
@@ -79,7 +89,7 @@ def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, tmp
         assert killed is not None, f"no {task} task was seen running, so no worker was killed"
         assert "error" not in outcome, outcome.get("error")
         client.wait_for_workers(2, timeout=60)
-    assert _assignments(tmp_path / "killed") == _assignments(tmp_path / "baseline")
+    assert _assignments(tmp_path / "killed") == undisturbed
 
 
 def _wait_for(proc: subprocess.Popen, text: str, timeout: float = 120) -> str:

@@ -27,13 +27,13 @@ from tests.conftest import DEDUP, start_dask, start_scheduler, write_shards
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """1,500 documents: five small shards and one file of six row groups that is split across
+    """About 1,500 documents: five small shards and one file of six row groups that is split across
     partitions (its parts joined at the write), and a protected file holding a few of the texts."""
     root = tmp_path_factory.mktemp("resume")
-    docs = generate(1500, seed=11)
+    docs = generate(800, seed=11)
     frame = pd.DataFrame({"id": [d.id for d in docs], "text": [d.text for d in docs]})
     src = write_shards(frame.iloc[:900], root / "in", 5)
-    pq.write_table(pa.Table.from_pandas(frame.iloc[900:], preserve_index=False), src / "big.parquet",
+    pq.write_table(pa.Table.from_pandas(frame.iloc[900:1500], preserve_index=False), src / "big.parquet",
                    row_group_size=100)
     prot = root / "eval.jsonl"
     prot.write_text("".join(json.dumps({"text": t}) + "\n" for t in frame["text"].iloc[::300]))
