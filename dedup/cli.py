@@ -56,6 +56,12 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
         a.add_argument("--seed", type=int, default=P.seed, help=f"seed of the permutations (default: {P.seed})")
         a.add_argument("--confirm", choices=CONFIRM_MODES, default=P.confirm,
                        help="confirm candidates by signature estimate or by exact shingle Jaccard (default: estimate)")
+        a.add_argument("--keep-by", metavar="COLUMN[:max|:min]", default=None,
+                       help="the member of each cluster with the largest (:max, the default) or smallest (:min) value "
+                            "of COLUMN survives; ties and nulls fall to the smallest id (default: the smallest id)")
+        a.add_argument("--cluster-size", action="store_true",
+                       help="add minhash_cluster_size (int64) to every row written: how many input documents its "
+                            "cluster holds, survivor included (1 for a document without near duplicates)")
         a.add_argument("--keep-duplicates", action="store_true",
                        help="keep every row, tagged with minhash_cluster, instead of dropping non-roots")
         a.add_argument("--max-bucket", type=int, default=P.max_bucket,
@@ -238,7 +244,8 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
                         dry_run=args.dry_run, write_report=not args.no_report,
                         against=getattr(args, "against", []), skip_existing=getattr(args, "skip_existing", False),
                         write_index=near and not getattr(args, "no_index", False),
-                        partition_rows=args.partition_rows or PARTITION_ROWS, restart=args.restart)
+                        partition_rows=args.partition_rows or PARTITION_ROWS, restart=args.restart,
+                        cluster_size=getattr(args, "cluster_size", False), keep_by=getattr(args, "keep_by", None))
 
 
 def _import_pipeline(report: bool) -> None:

@@ -12,7 +12,7 @@ from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
 from dedup.job.compute import compute, shared
 from dedup.job.graphs import persist
-from dedup.partition.features import document_features, features_meta
+from dedup.partition.features import KEEP, document_features, features_meta
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,9 @@ def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Par
     disk), and their counts per partition (rows, contaminated, null_ids), lazy: computed with the
     next stage's (`FEATURE_COUNTS` sums them)."""
     prot = shared(protected) if protected is not None else None
+    keep = ddf._meta[KEEP].dtype if KEEP in ddf.columns else None
     feat = ddf.map_partitions(document_features, id_column, text_column, params, prot,
-                              meta=features_meta(params.num_perm, ddf._meta[id_column].dtype))
+                              meta=features_meta(params.num_perm, ddf._meta[id_column].dtype, keep))
     feat = _materialise(feat, features_dir)
     counts = feat.map_partitions(_feature_counts, meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
     return feat, counts

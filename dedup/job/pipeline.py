@@ -44,7 +44,7 @@ from dedup.job.roots import roots
 from dedup.job.routing import ID_ROW_BYTES, route
 from dedup.partition import keyspace
 from dedup.partition.decisions import attach_roots
-from dedup.partition.features import mark_skipped
+from dedup.partition.features import KEEP, mark_skipped
 from dedup.report import page as report_page
 from dedup.report import removed
 from dedup.report.shown import shown_repr
@@ -93,7 +93,8 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             features_dir: str | None = None, locate: Callable[[int], tuple[str, int]] | None = None,
             null_id_files: Sequence[str] = (), details: bool = False, against: Sequence[index.IndexPart] = (),
             skip_existing: bool = False, index_out: str | None = None, spill_dir: str | None = None,
-            rows: int | None = None, kept: Checkpoints | None = None) -> Decisions:
+            rows: int | None = None, kept: Checkpoints | None = None, cluster_size: bool = False,
+            keep: str | None = None) -> Decisions:
     """Run the stages; the report gets every count. `locate` maps a document key to (file, row);
     `details` also finds each clustered document's closest match (for `_report/removed.parquet`),
     and the page's summaries (`Decisions.clusters`, `Decisions.examples`) with the counts of their stages.
@@ -103,7 +104,10 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     input's rows, when known before reading (Parquet footers): with the counts of each stage, it lets
     small routes skip a shuffle (`dedup.job.routing.SMALL_ROUTE_BYTES`). `kept`: each stage's results
     are kept there as it finishes, and the stages an interrupted run finished are read back instead
-    of computed (`dedup.job.checkpoints`); `features_dir` is then where the checkpoints keep them."""
+    of computed (`dedup.job.checkpoints`); `features_dir` is then where the checkpoints keep them.
+    `cluster_size`: the roots also carry each clustered document's cluster size. `keep` ("max" or
+    "min"): each cluster's root is the member with the largest (smallest) `--keep-by` value, which
+    the input frame carries as `_keep`."""
     if components not in COMPONENT_MODES:
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
     kept = kept or Checkpoints.nowhere()
@@ -156,6 +160,9 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     feat_all, texts = feat, ddf
     if idx_feat is not None:  # persisted once: every use in confirm and roots would redo the concat
         old = idx_feat.partitions[feat.npartitions:].clear_divisions()
+        if KEEP in feat.columns:  # an earlier output's documents survive whatever their value: none is read
+            old = old.map_partitions(_no_keep, feat._meta[KEEP].dtype,
+                                     meta=old._meta.assign(**{KEEP: feat._meta[KEEP].iloc[:0]}))
         feat_all = persist(dd.concat([feat, old[list(feat.columns)]]))
         texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
     if (saved := kept.reused("confirm")) is not None:
@@ -194,7 +201,8 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             root_rows, r = roots(labels, feat_all, feat.npartitions, first_indexed, placement,
                                  placed=mode == "client", edge_rows=graph_edges,
                                  summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if details else None,
-                                 scored=scored if details else None, exact=params.confirm == "exact")
+                                 scored=scored if details else None, exact=params.confirm == "exact",
+                                 sizes=cluster_size, keep=keep)
             report.clusters, report.largest_cluster = r.clusters, r.largest
             report.near_duplicates = r.duplicates
             report.near_duplicates_of_indexed = r.of_indexed
@@ -240,6 +248,10 @@ def _features_stage(ddf: dd.DataFrame, *, id_column: str, text_column: str, para
         on_disk = features_dir is not None and not report.skipped_existing  # else marked since, in memory
         stage.keep(**({"written": {"feat": feat}} if on_disk else {"frames": {"feat": feat}}))
     return feat
+
+
+def _no_keep(part: pd.DataFrame, dtype: Any) -> pd.DataFrame:
+    return part.assign(**{KEEP: pd.Series([None] * len(part), dtype=dtype, index=part.index)})
 
 
 def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sample: pd.DataFrame, id_column: str,
@@ -377,8 +389,12 @@ def _write(plan: Plan) -> report_page.Extras:
     id_type = plan.schema.field(plan.id_column).type
     meta = pd.DataFrame({plan.id_column: pd.Series(dtype=np.int64 if pa.types.is_integer(id_type) else object),
                          plan.text_column: pd.Series(dtype=TEXT_DTYPE)})
+    keep = None
+    if plan.keep_by is not None and plan.near:
+        keep = (plan.keep_by[0], plan.schema.field(plan.keep_by[0]).type)
+        meta[KEEP] = pd.Series(dtype=pd.ArrowDtype(shards_mod.keep_type(keep[1])))
     ddf = dd.from_map(write.read_group, groups, id_column=plan.id_column, text_column=plan.text_column,
-                      id_type=id_type, meta=meta, enforce_metadata=False, label="read-shards")
+                      id_type=id_type, keep=keep, meta=meta, enforce_metadata=False, label="read-shards")
     write_index = plan.write_index and plan.near and not plan.dry_run
     extras = report_page.Extras()
     plan.features_on_disk = memory.features_on_disk(plan.features_on_disk, sum(s.rows for s in plan.shards),
@@ -398,7 +414,9 @@ def _write(plan: Plan) -> report_page.Extras:
             locate=write.locator(groups), details=plan.write_report, against=plan.against,
             skip_existing=plan.skip_existing,
             index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
-            spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards), kept=kept)
+            spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards), kept=kept,
+            cluster_size=plan.cluster_size and plan.near,
+            keep=plan.keep_by[1] if keep is not None and plan.keep_by else None)
         # reused whole, or else the partitions an interrupted run wrote (kept as each finished), and the rest written
         written = kept.reused("write") is not None
         inputs = shared((groups, plan.schema))
@@ -420,6 +438,7 @@ def _write(plan: Plan) -> report_page.Extras:
                 plan.id_column,
                 plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
                 shared((plan.text_column, shown.rows_by_partition())) if shown is not None else None, offsets,
+                plan.cluster_size and plan.near,
                 meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
                       "texts": object}, align_dataframes=False)
         if plan.write_report:
@@ -511,6 +530,7 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
         "largest_approximated_bucket": report.largest_approximated_bucket,
         "max_bucket": params.max_bucket, "components": report.components,
         "component_rounds": report.component_rounds, "near_dedup": plan.near, "drop_duplicates": plan.drop,
+        "cluster_size": plan.cluster_size, "keep_by": ":".join(plan.keep_by) if plan.keep_by else None,
         "features_on_disk": plan.features_on_disk,
         "id_column": plan.id_column, "text_column": plan.text_column,
         "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
@@ -577,7 +597,7 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
         components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
         partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
         against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True,
-        restart: bool = False) -> dict[str, Any]:
+        restart: bool = False, cluster_size: bool = False, keep_by: str | None = None) -> dict[str, Any]:
     """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
 
     Runs on the active distributed client (or the local scheduler without one). OUTPUT mirrors
@@ -592,13 +612,17 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
     (None) in memory while they fit a quarter of it (`dedup.job.memory`).
     Each stage's results are kept in the staging directory as it finishes: a run that dies leaves
     them, and the same call resumes from them (`dedup.job.checkpoints`); `restart` starts over.
+    `cluster_size`: every row written also gets `minhash_cluster_size`, how many input documents
+    its cluster holds (1 for a document without near duplicates). `keep_by` ("COLUMN", "COLUMN:max" or
+    "COLUMN:min"): the member of each cluster with the largest (smallest) value of COLUMN survives,
+    ties and nulls to the smallest id (docs/contract.md).
     When it returns, the job holds nothing in the cluster's memory.
     """
     plan = prepare(input, output, protected=protected, near=near, id_column=id_column, text_column=text_column,
                    params=params, drop=drop, overwrite=overwrite, components=components, retries=retries,
                    features_on_disk=features_on_disk, partition_rows=partition_rows, dry_run=dry_run,
                    write_report=write_report, against=against, skip_existing=skip_existing, write_index=write_index,
-                   restart=restart)
+                   restart=restart, cluster_size=cluster_size, keep_by=keep_by)
     try:
         return execute(plan)
     finally:

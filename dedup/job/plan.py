@@ -128,11 +128,28 @@ class Plan:
     against: list[IndexPart] = field(default_factory=list)
     skip_existing: bool = False
     write_index: bool = True
+    cluster_size: bool = False
+    keep_by: tuple[str, str] | None = None
+    """`--keep-by`: (column, "max" or "min")."""
     kept: Any = None
     """The stage results kept as the job goes (`dedup.job.checkpoints.Checkpoints`, made when it starts)."""
 
     def close(self) -> None:
         self.staging.close()
+
+
+def _keep_by(spec: str, schema: pa.Schema, near: bool) -> tuple[str, str]:
+    """`--keep-by COLUMN[:max|:min]` checked against the input's schema: (column, "max" or "min")."""
+    column, _, way = spec.rpartition(":") if spec.endswith((":max", ":min")) else (spec, ":", "max")
+    if not near:
+        raise UsageError("--keep-by chooses which copy of a near duplicate survives; it needs `run` or `near`.")
+    if column not in schema.names:
+        raise UsageError(f"--keep-by: the input has no column {column!r}; columns found: {schema.names}.")
+    t = schema.field(column).type
+    if not shards_mod.orderable(t):
+        raise UsageError(f"--keep-by: column {column!r} has type {t}, which has no order; give a column of numbers, "
+                         "strings, booleans, dates or timestamps.")
+    return column, way
 
 
 def fingerprint(shards: Sequence[shards_mod.Shard], params: Params, options: dict[str, Any],
@@ -154,7 +171,7 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
             components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
             partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
             against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True,
-            restart: bool = False) -> Plan:
+            restart: bool = False, cluster_size: bool = False, keep_by: str | None = None) -> Plan:
     """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right.
 
     against: earlier OUTPUTs whose indexes this run's documents are compared with (near-dedup only).
@@ -179,6 +196,11 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
     found = shards_mod.read_footers(files)
     schema = shards_mod.unify(found)
     shards_mod.check_columns(found, schema, id_column, text_column)
+    if cluster_size and not near:
+        raise UsageError("--cluster-size counts near duplicates; it needs `run` or `near`, not `decontaminate`.")
+    if cluster_size and shards_mod.SIZE_COLUMN in schema.names:
+        raise UsageError(f"The input already has a {shards_mod.SIZE_COLUMN!r} column; rename or drop it first.")
+    keep = _keep_by(keep_by, schema, near) if keep_by else None
     parts: list[IndexPart] = []
     if against:
         from dedup.storage import index
@@ -198,7 +220,8 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
             stage.summary = f"{len(prot)} distinct {params.ngram_size}-grams from {len(prot.files)} file(s)"
     options = {"input": input, "near": near, "drop": drop, "id_column": id_column, "text_column": text_column,
                "components": components, "partition_rows": partition_rows, "dry_run": dry_run,
-               "write_report": write_report, "skip_existing": skip_existing, "write_index": write_index}
+               "write_report": write_report, "skip_existing": skip_existing, "write_index": write_index,
+               "cluster_size": cluster_size, "keep_by": keep_by}
     staging = Staging(output, fingerprint(found, params, options, prot, parts), restart=restart)
     groups = shards_mod.partitions(found, rows=partition_rows)
     if big := shards_mod.oversized_groups(found, rows=partition_rows):
@@ -207,6 +230,6 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
                  big[0][0].path, big[0][1], partition_rows)
     return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, components,
                 retries, features_on_disk, dry_run, write_report, staging, report, start, parts, skip_existing,
-                write_index)
+                write_index, cluster_size=cluster_size, keep_by=keep)
 
 

@@ -15,6 +15,7 @@ from dedup.job.compute import compute
 from dedup.job.graphs import persist
 from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
 from dedup.partition import keyspace
+from dedup.partition.features import KEEP
 from dedup.partition.roots import component_counts, component_rows_meta, own_documents, roots_meta, roots_of_components, with_ids
 
 
@@ -34,7 +35,8 @@ class RootCounts:
 def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = keyspace.NO_INDEX,
           placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
           summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None,
-          scored: dd.DataFrame | None = None, exact: bool = False) -> tuple[dd.DataFrame, RootCounts]:
+          scored: dd.DataFrame | None = None, exact: bool = False, sizes: bool = False,
+          keep: str | None = None) -> tuple[dd.DataFrame, RootCounts]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
     the counts.
 
@@ -48,20 +50,24 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     (doc, root, _id) by component, computed with the counts (their "summary", concatenated).
     `scored` (`confirm`'s scored pairs): also give each document the one it was matched to, and
     that pair's similarities (matched, estimate, jaccard; `closest_matches`, with Jaccard 1
-    for identical words when `exact`): the pairs travel with the labels to their component."""
+    for identical words when `exact`): the pairs travel with the labels to their component.
+    `sizes`: each document's cluster size too (`dedup.partition.roots.SIZE`). `keep` ("max", "min"):
+    the root is the member with the largest (smallest) `--keep-by` value the features carry."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
     members = 2 * edge_rows if edge_rows is not None else None
     at_docs = labels if placed else route(labels, "doc", n, placement, members, 16)
     labelled = dd.map_partitions(with_ids, at_docs, feat, *([scored] if scored is not None else []),
-                                 meta=component_rows_meta(id_meta, scored is not None), align_dataframes=False)
-    root_meta = roots_meta(id_meta, scored is not None)
+                                 meta=component_rows_meta(id_meta, scored is not None,
+                                                          feat._meta[KEEP] if KEEP in feat.columns else None),
+                                 align_dataframes=False)
+    root_meta = roots_meta(id_meta, scored is not None, sizes)
     k = max(1, n_new)
     rows = None if edge_rows is None else (2 + (scored is not None)) * edge_rows  # and a pair row per edge
     row_bytes = ID_ROW_BYTES + (32 if scored is not None else 0)  # the text keys and a pair's columns
     by_label = route_by(labelled, partial(label_part, npartitions=k), k, rows, row_bytes)
-    by_component = persist(by_label.map_partitions(roots_of_components, first_indexed, exact,
+    by_component = persist(by_label.map_partitions(roots_of_components, first_indexed, exact, sizes, keep,
                                                    meta=root_meta))
     lazy = [by_component.map_partitions(
         component_counts, first_indexed,

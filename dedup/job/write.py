@@ -13,7 +13,7 @@ import pyarrow as pa
 from dedup.core.decontam import ProtectedNgrams
 from dedup.partition import keyspace
 from dedup.partition.buckets import band_documents
-from dedup.partition.decisions import row_decisions
+from dedup.partition.decisions import cluster_sizes, row_decisions
 from dedup.partition.features import signatures_of
 from dedup.report import removed
 from dedup.storage import index
@@ -27,8 +27,9 @@ PIECES_DIR = "_pieces"
 (`<output name>/<first row>.parquet`), until `join_pieces` makes them one file."""
 
 
-def read_group(group: list[shards_mod.Piece], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
-    return shards_mod.read_features_input(group, id_column, text_column, id_type)
+def read_group(group: list[shards_mod.Piece], id_column: str, text_column: str, id_type: pa.DataType,
+               keep: tuple[str, pa.DataType] | None = None) -> pd.DataFrame:
+    return shards_mod.read_features_input(group, id_column, text_column, id_type, keep)
 
 
 def piece_path(root: str, name: str, piece: shards_mod.Piece) -> str:
@@ -84,20 +85,22 @@ def join_pieces(staging_url: str, name: str, pieces: list[shards_mod.Piece]) -> 
 def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
                  id_column: str, drop: bool, tag: bool, staging_url: str, num_perm: int | None = None,
                  shown: tuple[str, dict[int, list[int]]] | None = None,
-                 offsets: dict[tuple[int, int], int] | None = None,
+                 offsets: dict[tuple[int, int], int] | None = None, sizes: bool = False,
                  partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Write the output shards of one partition: each input file filtered, tagged, under its own name
     (a piece of a split file as a part, `piece_path`, joined later); with `num_perm`, also this
     partition's index docs file (every document kept as its cluster's root), where the rows of a
     split file's pieces start at `offsets[(partition, piece)]`. `shown`: (text column, partition
     -> rows): the texts of those rows come back, as (key, text) pairs in the "texts" column, for the
-    report page (read here with every other column)."""
+    report page (read here with every other column). `sizes`: also `minhash_cluster_size`, each row's
+    cluster's size, after `minhash_cluster`."""
     import fsspec
 
     assert partition_info is not None
     groups, schema = inputs
     group = groups[partition_info["number"]]
     keep, cluster = row_decisions(feat, roots, drop)
+    size = cluster_sizes(feat, roots) if sizes else None
     fs, root = fsspec.core.url_to_fs(staging_url)
     cluster_field = pa.field(shards_mod.CLUSTER_COLUMN, cluster_type(schema, id_column), nullable=False)
     out_row = np.cumsum(keep) - 1  # row of each kept document in its output file, once offset per file
@@ -123,6 +126,9 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
         table = table.filter(pa.array(k, type=pa.bool_()))
         if tag:
             table = table.append_column(cluster_field, pa.array(cluster[offset:offset + n][k], type=cluster_field.type))
+            if size is not None:
+                table = table.append_column(pa.field(shards_mod.SIZE_COLUMN, pa.int64(), nullable=False),
+                                            pa.array(size[offset:offset + n][k], type=pa.int64()))
         shards_mod.write_shard(table, fs, f"{root}/{s.name}" if piece.whole else piece_path(root, s.name, piece))
         offset += n
         written += table.num_rows

@@ -30,6 +30,15 @@ def row_decisions(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool) ->
     return keep, cluster
 
 
+def cluster_sizes(feat: pd.DataFrame, roots: pd.DataFrame | None) -> NDArray[np.int64]:
+    """Per row of a features partition: the size of its cluster (`roots`' `size`), 1 for a document
+    in no cluster."""
+    size = np.ones(len(feat), np.int64)
+    if roots is not None and len(roots):
+        size[key_row(roots["doc"].to_numpy(np.int64))] = roots["size"].to_numpy(np.int64)
+    return size
+
+
 def attach_roots(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, id_column: str, drop: bool,
                  tag: bool = True) -> pd.DataFrame:
     """Add `minhash_cluster` (the root id, typed like the id column) and drop contaminated rows

@@ -52,7 +52,12 @@ def signatures_of(feat: pd.DataFrame, num_perm: int, rows: NDArray[np.int64] | N
     return payload_sigs(column, num_perm)
 
 
-def features_meta(num_perm: int, id_dtype: Any) -> pd.DataFrame:
+KEEP = "_keep"
+"""The `--keep-by` column's value of each document (an Arrow-typed column; null never wins), in the
+frame the features are computed from and in the features."""
+
+
+def features_meta(num_perm: int, id_dtype: Any, keep_dtype: Any = None) -> pd.DataFrame:
     cols: dict[str, Any] = {
         "_id": pd.Series(dtype=id_dtype),
         "doc": pd.Series(dtype=np.int64),
@@ -63,6 +68,8 @@ def features_meta(num_perm: int, id_dtype: Any) -> pd.DataFrame:
         "skipped": pd.Series(dtype=bool),
     }
     cols[SIG] = sig_payload(np.zeros((0, num_perm), dtype=np.uint32))
+    if keep_dtype is not None:
+        cols[KEEP] = pd.Series(dtype=keep_dtype)
     return pd.DataFrame(cols)
 
 
@@ -102,9 +109,12 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
     tkey[inactive] = 0
     tkey2[inactive] = 0
     number = partition_info["number"] if partition_info else 0
-    return pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(number, n), "tkey": tkey,
-                         "tkey2": tkey2, "source": source.astype(np.int32), "source_gram": source_gram,
-                         "skipped": np.zeros(n, bool), SIG: sig_payload(sigs).array}, index=range(n))
+    out = pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(number, n), "tkey": tkey,
+                        "tkey2": tkey2, "source": source.astype(np.int32), "source_gram": source_gram,
+                        "skipped": np.zeros(n, bool), SIG: sig_payload(sigs).array}, index=range(n))
+    if KEEP in part.columns:
+        out[KEEP] = part[KEEP].array
+    return out
 
 
 def first_per_record(feat: pd.DataFrame) -> pd.DataFrame:

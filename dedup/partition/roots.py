@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from dedup.partition.features import KEEP
 from dedup.partition.keyspace import NO_INDEX
 from dedup.partition.rows import concat_rows, rows_of
 
@@ -25,9 +26,12 @@ OTHER = "other"
 that `doc` was confirmed against (a pair of different texts)."""
 
 
-def component_rows_meta(id_meta: pd.Series, matches: bool) -> pd.DataFrame:
-    """`with_ids` rows: (doc, label, _id), and for matches the text keys and the pair rows' columns."""
+def component_rows_meta(id_meta: pd.Series, matches: bool, keep_meta: pd.Series | None = None) -> pd.DataFrame:
+    """`with_ids` rows: (doc, label, _id), the `--keep-by` values (`KEEP`) when the features have them,
+    and for matches the text keys and the pair rows' columns."""
     meta = MEMBER_META.assign(_id=id_meta.iloc[:0])
+    if keep_meta is not None:
+        meta[KEEP] = keep_meta.iloc[:0]
     if not matches:
         return meta
     return meta.assign(tkey=pd.Series(dtype=np.uint64), tkey2=pd.Series(dtype=np.uint64),
@@ -45,6 +49,8 @@ def with_ids(members: pd.DataFrame, feat: pd.DataFrame, scored: pd.DataFrame | N
     keys = members["doc"].to_numpy(np.int64)
     at = rows_of(feat, keys)
     out = members[["doc", "label"]].reset_index(drop=True).assign(_id=feat["_id"].to_numpy()[at])
+    if KEEP in feat.columns:
+        out[KEEP] = feat[KEEP].take(at).array
     if scored is None:
         return out
     out = out.assign(tkey=feat["tkey"].to_numpy(np.uint64)[at], tkey2=feat["tkey2"].to_numpy(np.uint64)[at],
@@ -62,7 +68,9 @@ def with_ids(members: pd.DataFrame, feat: pd.DataFrame, scored: pd.DataFrame | N
                          "tkey": np.zeros(n, np.uint64), "tkey2": np.zeros(n, np.uint64),
                          OTHER: pairs["left"].to_numpy(np.int64), "estimate": pairs["estimate"].to_numpy(np.float32),
                          "jaccard": pairs["jaccard"].to_numpy(np.float32)})
-    return concat_rows([out, rows])
+    if KEEP in feat.columns:
+        rows.insert(3, KEEP, feat[KEEP].take(at).array)
+    return concat_rows([out, rows[list(out.columns)]])
 
 
 def closest_matches(doc: NDArray[np.int64], rank: NDArray[np.int64], tkey: NDArray[np.uint64],
@@ -116,27 +124,39 @@ def closest_matches(doc: NDArray[np.int64], rank: NDArray[np.int64], tkey: NDArr
     return matched, out_est, out_jac
 
 
-def roots_meta(id_meta: pd.Series, matches: bool) -> pd.DataFrame:
-    """`roots_of_components` rows: (doc, root, _id), and with matches (matched, estimate, jaccard)."""
+SIZE = "size"
+"""In `roots_of_components` rows with sizes: the input documents of the member's cluster (`cluster_sizes`)."""
+
+
+def roots_meta(id_meta: pd.Series, matches: bool, sizes: bool = False) -> pd.DataFrame:
+    """`roots_of_components` rows: (doc, root, _id), with sizes `SIZE`, and with matches (matched,
+    estimate, jaccard)."""
     meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
+    if sizes:
+        meta[SIZE] = pd.Series(dtype=np.int64)
     if not matches:
         return meta
     return meta.assign(matched=id_meta.iloc[:0], estimate=pd.Series(dtype=np.float32),
                        jaccard=pd.Series(dtype=np.float32))
 
 
-def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact: bool = False) -> pd.DataFrame:
+def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact: bool = False,
+                        sizes: bool = False, keep: str | None = None) -> pd.DataFrame:
     """(doc, root) for every member, where root is the smallest id of its component (all of a
     component's rows are in this partition): numeric order for integer ids, string order otherwise.
+    With `keep` ("max" or "min", `--keep-by`), the member with the largest (smallest) `KEEP` value
+    instead; ties and nulls fall to the smallest id, and a null never beats a value.
 
     Documents of an earlier output's index (keys >= first_indexed) always survive: a component
     holding one has the smallest indexed id as its root, whatever the new ids are. Rows from
     `with_ids` with pairs also give each member its matched document (`closest_matches`) and
-    that pair's similarities (Jaccard 1 for identical words when `exact`, else NaN).
+    that pair's similarities (Jaccard 1 for identical words when `exact`, else NaN). With `sizes`,
+    each member's cluster size too (`SIZE`): this run's documents in it, and its root when that is
+    an earlier output's document.
     """
     matches = OTHER in rows.columns
     if rows.empty:
-        return roots_meta(rows["_id"], matches)
+        return roots_meta(rows["_id"], matches, sizes)
     pairs = None
     if matches:
         other = rows[OTHER].to_numpy(np.int64)
@@ -150,12 +170,21 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact
     # label in numpy: a groupby min over Python strings runs a Python loop per component
     codes, uniques = pd.factorize(ids.to_numpy(), sort=True)
     n = max(len(uniques), 1)
-    rank = codes.astype(np.int64) + np.where(doc < first_indexed, n, 0)  # indexed documents rank first
+    if keep is None:
+        rank = codes.astype(np.int64) + np.where(doc < first_indexed, n, 0)  # indexed documents rank first
+    else:  # the value's rank, then the id's; indexed documents first whatever their value
+        values, kinds = pd.factorize(rows[KEEP].array, sort=True)  # nulls: -1
+        k = len(kinds)
+        by_value = np.where(values < 0, k, (k - 1 - values) if keep == "max" else values).astype(np.int64)
+        rank = codes.astype(np.int64) + np.where(doc < first_indexed, n * (1 + by_value), 0)
     labels, group = np.unique(rows["label"].to_numpy(np.int64), return_inverse=True)
     best = np.full(len(labels), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(best, group, rank)
     root = np.asarray(uniques)[best[group] % n]
     out = pd.DataFrame({"doc": doc, "root": root, "_id": ids.to_numpy()})
+    if sizes:  # this run's documents, and an earlier output's root (ranked first: below n)
+        own = np.bincount(group, weights=doc < first_indexed, minlength=len(labels)).astype(np.int64)
+        out[SIZE] = (own + (best < n))[group]
     if pairs is None:
         return out
     matched, est, jac = closest_matches(doc, codes.astype(np.int64), rows["tkey"].to_numpy(np.uint64),

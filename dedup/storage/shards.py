@@ -23,6 +23,7 @@ import fsspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dedup.config import PARTITION_ROWS
@@ -30,6 +31,8 @@ from dedup.core.text import TEXT_DTYPE
 from dedup.storage.safety import UsageError, is_url
 
 CLUSTER_COLUMN = "minhash_cluster"
+SIZE_COLUMN = "minhash_cluster_size"
+"""With `--cluster-size`: how many input documents each kept row's cluster holds (docs/contract.md)."""
 PARTITION_BYTES = 64 * 2**20
 """... or this many uncompressed bytes (`PARTITION_ROWS`, in `dedup.config`, bounds the rows); a larger
 file is split into pieces of whole row groups within both bounds, and a row group above them into
@@ -408,8 +411,10 @@ def _bad_utf8(path: str, column: pa.ChunkedArray, text_column: str, row0: int = 
         row += len(chunk)
 
 
-def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: str, id_type: pa.DataType) -> pd.DataFrame:
-    """The id and text columns of `pieces`, concatenated, for the features stage.
+def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: str, id_type: pa.DataType,
+                        keep: tuple[str, pa.DataType] | None = None) -> pd.DataFrame:
+    """The id and text columns of `pieces`, concatenated, for the features stage; with `keep`
+    (`--keep-by`'s column and its unified type), its values too, as `_keep` (`keep_values`).
 
     Ids come as int64 (integer ids) or Python strings; texts as an Arrow-backed column
     (`dedup.core.text.TEXT_DTYPE`, read in place by the features stage). A null id or text that is not
@@ -417,9 +422,13 @@ def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: st
     """
     ids: list[Any] = []
     texts: list[pa.Array] = []
+    kept: list[pa.Array] = []
     for piece in pieces:
         s = piece.shard
-        t = read_table(s.path, [id_column, text_column], piece.start, piece.stop)
+        t = read_table(s.path, list(dict.fromkeys([id_column, text_column, *([keep[0]] if keep else [])])),
+                       piece.start, piece.stop)
+        if keep is not None:
+            kept.extend(keep_values(t.column(keep[0]), keep[1]).chunks)
         idc, txt = t.column(id_column), t.column(text_column)
         if idc.null_count:
             row = piece.start + int(np.flatnonzero(idc.is_null().to_numpy(zero_copy_only=False))[0])
@@ -442,9 +451,36 @@ def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: st
         texts.extend(txt.cast(pa.large_string()).chunks if not pa.types.is_null(txt.type)
                      else [pa.nulls(len(txt), pa.large_string())])
     id_values = np.concatenate(ids) if ids else np.zeros(0, np.int64 if pa.types.is_integer(id_type) else object)
-    return pd.DataFrame({id_column: pd.Series(id_values, dtype=np.int64 if pa.types.is_integer(id_type) else object),
-                         text_column: pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array(texts, pa.large_string())),
-                                                dtype=TEXT_DTYPE)})
+    out = pd.DataFrame({id_column: pd.Series(id_values, dtype=np.int64 if pa.types.is_integer(id_type) else object),
+                        text_column: pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array(texts, pa.large_string())),
+                                               dtype=TEXT_DTYPE)})
+    if keep is not None:
+        out["_keep"] = pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array(kept, keep_type(keep[1]))))
+    return out
+
+
+def keep_type(t: pa.DataType) -> pa.DataType:
+    """The type `--keep-by` values are compared in: a dictionary's value type, strings as large strings."""
+    t = t.value_type if pa.types.is_dictionary(t) else t
+    return pa.large_string() if pa.types.is_string(t) else pa.large_binary() if pa.types.is_binary(t) else t
+
+
+def orderable(t: pa.DataType) -> bool:
+    """Whether `--keep-by` can order a column of type `t`: numbers, strings, binary, booleans, times."""
+    t = t.value_type if pa.types.is_dictionary(t) else t
+    return any(f(t) for f in (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_string,
+                              pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary,
+                              pa.types.is_boolean, pa.types.is_temporal))
+
+
+def keep_values(col: pa.ChunkedArray, t: pa.DataType) -> pa.ChunkedArray:
+    """A `--keep-by` column in its comparison type (`keep_type`), NaN as null (a null never wins)."""
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    col = col.cast(keep_type(t))
+    if pa.types.is_floating(col.type):
+        col = pc.if_else(pc.is_nan(col), pa.scalar(None, col.type), col)
+    return col
 
 
 def write_shard(table: pa.Table, fs: Any, path: str) -> None:

@@ -1,0 +1,120 @@
+"""`--keep-by COLUMN[:max|:min]`: the member of each cluster with the best value survives, ties and
+nulls to the smallest id, an earlier output's document whatever; the same whatever the partitioning.
+Checked against a plain-Python choice over the clusters of a run without it."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dedup.job.pipeline import run
+from dedup.partition.features import KEEP
+from dedup.partition.roots import roots_of_components
+from tests.conftest import DEDUP
+
+FIRST_INDEXED = 1_000
+
+
+def _survivor(members: list[tuple[object, str, bool]], way: str) -> str:
+    """The plain rule: (value, id, indexed) members; an indexed one first (smallest id), else the best
+    non-null value (largest for max), then the smallest id."""
+    indexed = [i for _, i, ix in members if ix]
+    if indexed:
+        return min(indexed)
+    valued = [(v, i) for v, i, _ in members if v is not None]
+    if not valued:
+        return min(i for _, i, _ in members)
+    best = max(v for v, _ in valued) if way == "max" else min(v for v, _ in valued)
+    return min(i for v, i in valued if v == best)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.one_of(st.none(), st.integers(-3, 3)), st.booleans()),
+                min_size=1, max_size=30),
+       st.sampled_from(["max", "min"]), st.randoms())
+def test_roots_follow_the_keep_rule(members: list[tuple[int, int | None, bool]], way: str, rnd: object) -> None:
+    docs = [(FIRST_INDEXED + i if ix else i, lab, v, f"id-{i:03d}", ix) for i, (lab, v, ix) in enumerate(members)]
+    rnd.shuffle(docs)  # type: ignore[attr-defined]
+    rows = pd.DataFrame({"doc": np.array([d[0] for d in docs], np.int64), "label": np.array([d[1] for d in docs], np.int64),
+                         "_id": [d[3] for d in docs],
+                         KEEP: pd.array([d[2] for d in docs], dtype=pd.ArrowDtype(pa.int64()))})
+    got = dict(zip(rows["doc"], roots_of_components(rows, FIRST_INDEXED, keep=way)["root"]))
+    for label in {d[1] for d in docs}:
+        group = [d for d in docs if d[1] == label]
+        want = _survivor([(d[2], d[3], d[4]) for d in group], way)
+        assert {got[d[0]] for d in group} == {want}
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory, corpus_frame: pd.DataFrame) -> Path:
+    """The corpus in 5 shards with a score (ties, nulls), a crawl time (nulls) and a source name."""
+    rng = np.random.default_rng(5)
+    n = len(corpus_frame)
+    score = pd.array(rng.integers(0, 4, n), dtype="Int64")
+    score[rng.random(n) < 0.2] = pd.NA
+    crawled = pd.Series(pd.Timestamp("2024-01-01", tz="UTC") + pd.to_timedelta(rng.integers(0, 10**6, n), unit="s"))
+    crawled[rng.random(n) < 0.1] = pd.NaT
+    frame = corpus_frame.assign(score=score, crawled=crawled, site=[f"site-{k}" for k in rng.integers(0, 5, n)],
+                                tags=[[f"t{k}"] for k in rng.integers(0, 3, n)])
+    out = tmp_path_factory.mktemp("keep") / "in"
+    out.mkdir()
+    for i in range(5):
+        frame.iloc[i::5].to_parquet(out / f"shard-{i}.parquet", index=False)
+    return out
+
+
+@pytest.mark.parametrize("spec", ["score", "score:min", "crawled:max", "site:min"])
+def test_keep_by_chooses_the_survivor_the_rule_says(client, shards: Path, tmp_path: Path, spec: str) -> None:
+    run(str(shards), str(tmp_path / "plain"), drop=False, partition_rows=100)
+    plain = pd.read_parquet(tmp_path / "plain")
+    column, _, way = spec.partition(":")
+    way = way or "max"
+    want = {}
+    for _, group in plain.groupby("minhash_cluster"):
+        values = [None if pd.isna(v) else v for v in group[column]]
+        survivor = _survivor(list(zip(values, group["id"], [False] * len(group))), way)
+        want.update(dict.fromkeys(group["id"], survivor))
+    run(str(shards), str(tmp_path / "kept"), drop=False, partition_rows=100, keep_by=spec)
+    kept = pd.read_parquet(tmp_path / "kept")
+    assert dict(zip(kept["id"], kept["minhash_cluster"])) == want
+    changed = sum(want[i] != c for i, c in zip(plain["id"], plain["minhash_cluster"]))
+    assert changed > 0  # the rule chose other survivors than the smallest id
+    run(str(shards), str(tmp_path / "whole"), drop=False, keep_by=spec)  # one partition
+    whole = pd.read_parquet(tmp_path / "whole")
+    assert dict(zip(whole["id"], whole["minhash_cluster"])) == want
+
+
+def test_keep_by_a_missing_or_unordered_column_is_a_usage_error(shards: Path, tmp_path: Path) -> None:
+    for spec, says in (("nope", "has no column 'nope'"), ("tags", "which has no order")):
+        got = subprocess.run([*DEDUP, "near", str(shards), str(tmp_path / spec), "--keep-by", spec, "--threads", "1"],
+                             capture_output=True, text=True, timeout=120)
+        assert got.returncode == 2 and says in got.stderr, got.stderr
+        assert not (tmp_path / spec).exists()
+
+
+def test_an_earlier_outputs_document_survives_whatever_the_value(client, shards: Path, tmp_path: Path) -> None:
+    """With --against, a new copy of an indexed document is removed even when its value is the best."""
+    frame = pd.read_parquet(shards)
+    first = tmp_path / "first"
+    first.mkdir()
+    frame.iloc[:300].to_parquet(first / "a.parquet", index=False)
+    run(str(first), str(tmp_path / "release"), keep_by="score")
+    released = set(pd.read_parquet(tmp_path / "release")["id"])
+    later = tmp_path / "later"
+    later.mkdir()
+    copies = frame.iloc[:300][frame.iloc[:300]["id"].isin(released)].head(20)
+    copies = copies.assign(id=[f"copy-{i}" for i in range(len(copies))], score=pd.array([99] * len(copies), "Int64"))
+    pd.concat([copies, frame.iloc[300:400]]).to_parquet(later / "b.parquet", index=False)
+    m = run(str(later), str(tmp_path / "next"), against=[str(tmp_path / "release")], keep_by="score",
+            drop=False)
+    out = pd.read_parquet(tmp_path / "next")
+    tagged = dict(zip(out["id"], out["minhash_cluster"]))
+    assert all(tagged[c] in released for c in copies["id"]), {c: tagged[c] for c in copies["id"]}
+    assert m["near_duplicates_of_indexed"] >= len(copies)
