@@ -145,17 +145,8 @@ def gathered(frame: dd.DataFrame, cut: Callable[[Sequence[pd.DataFrame]], list[p
     return new_collection(Gathered(frame.expr, cut, npartitions, meta))
 
 
-def group_starts(groups: int, npartitions: int) -> list[int]:
-    """The first output partition of each of `groups` runs of `npartitions` consecutive partitions
-    (and `npartitions` last): partition i is in run i * groups // npartitions."""
-    return [-(-j * npartitions // groups) for j in range(groups)] + [npartitions]
-
-
-class Fanned(Expr):
-    """Output partition i is piece i - start of `cut` applied to the partition of `frame` whose run
-    (`group_starts`) holds i; `cut(part, start, stop)` returns the pieces of partitions start .. stop - 1."""
-
-    _parameters = ["frame", "cut", "npartitions", "meta"]
+class _Moved(Expr):
+    """Rows moved into `npartitions` partitions of unknown divisions, with the `meta` given."""
 
     @functools.cached_property
     def _meta(self) -> pd.DataFrame:
@@ -163,6 +154,19 @@ class Fanned(Expr):
 
     def _divisions(self) -> tuple:
         return (None,) * (self.operand("npartitions") + 1)
+
+
+def group_starts(groups: int, npartitions: int) -> list[int]:
+    """The first output partition of each of `groups` runs of `npartitions` consecutive partitions
+    (and `npartitions` last): partition i is in run i * groups // npartitions."""
+    return [-(-j * npartitions // groups) for j in range(groups)] + [npartitions]
+
+
+class Fanned(_Moved):
+    """Output partition i is piece i - start of `cut` applied to the partition of `frame` whose run
+    (`group_starts`) holds i; `cut(part, start, stop)` returns the pieces of partitions start .. stop - 1."""
+
+    _parameters = ["frame", "cut", "npartitions", "meta"]
 
     def _layer(self) -> dict:
         n = self.operand("npartitions")
@@ -190,19 +194,12 @@ def shuffled(frame: dd.DataFrame, column: str, npartitions: int) -> dd.DataFrame
     return new_collection(Shuffle(frame.expr, column, npartitions, True))
 
 
-class Exchanged(Expr):
+class Exchanged(_Moved):
     """Partition j holds `join` of piece j of `split` applied to each partition of `frame`, in the
     order of `frame`'s partitions: a task a partition to split it, a task a piece to pick it (only the
     piece travels to the worker that joins it), a task an output partition to join its pieces."""
 
     _parameters = ["frame", "split", "join", "npartitions", "meta"]
-
-    @functools.cached_property
-    def _meta(self) -> pd.DataFrame:
-        return self.operand("meta")
-
-    def _divisions(self) -> tuple:
-        return (None,) * (self.operand("npartitions") + 1)
 
     def _layer(self) -> dict:
         n, k = self.frame.npartitions, self.operand("npartitions")
