@@ -359,6 +359,7 @@ def execute(plan: Plan) -> dict[str, Any]:
         extras = _write(plan) if plan.shards else report_page.Extras()
         if not plan.shards:
             log.warning("input %s holds no files: writing an empty output", plan.input)
+        plan.staging.keep = False  # from here a failure leaves nothing to resume from
         for name in (STAGES_DIR, RESUME):  # what a resumed run would need: never part of OUTPUT
             plan.staging.remove(name)
         output_rows = _accounted_rows(plan)
