@@ -18,7 +18,7 @@ import pyarrow as pa
 from dedup.config import COMPONENT_MODES, Params
 from dedup.storage import shards as shards_mod
 from dedup.storage.safety import UsageError, check_output, expand_protected, input_places
-from dedup.storage.staging import Staging
+from dedup.storage.staging import INTERRUPT_REQUESTED, Staging
 
 if TYPE_CHECKING:
     from dedup.core.decontam import PathLike, ProtectedNgrams
@@ -78,6 +78,7 @@ class Stage:
     def __enter__(self) -> Self:
         from dedup.job.compute import PROGRESS_LABEL
 
+        _honour_interrupt()
         self.start = time.perf_counter()
         rows = f" ({self.report.input_rows:,} rows)" if self.report.input_rows else ""
         self._label = PROGRESS_LABEL.set(self.name + rows)
@@ -96,6 +97,15 @@ class Stage:
         self.report.seconds[self.name] = round(self.report.seconds.get(self.name, 0.0) + secs, 3)
         if exc_type is None:
             log.info(STAGE_LINE, self.name, self.summary or "done", secs)
+            _honour_interrupt()
+
+
+def _honour_interrupt() -> None:
+    """Raise the interrupt the CLI received if its KeyboardInterrupt was swallowed on the way (once in
+    CI a SIGINT sent after the features line ended the run only at the commit): so it ends the run
+    at the next stage's start or end."""
+    if INTERRUPT_REQUESTED.is_set():
+        raise KeyboardInterrupt
 
 
 @dataclass
