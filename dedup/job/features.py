@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import dask.dataframe as dd
 import pandas as pd
-import pyarrow as pa
 
 from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
+from dedup.job.checkpoints import read_part
 from dedup.job.compute import compute, shared
 from dedup.job.graphs import persist
 from dedup.partition.features import KEEP, document_features, features_meta
@@ -68,14 +69,4 @@ def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
     missing = [p for p in paths if not fs.exists(p.removeprefix(proto))]
     if missing:
         raise RuntimeError(f"Features were not written for {len(missing)} partition(s), e.g. {missing[0]}.")
-    return dd.from_map(_read_features, paths, meta=feat._meta, enforce_metadata=False)
-
-
-def _read_features(path: str) -> pd.DataFrame:
-    """A features file written by `_materialise`, the signature column back in its Arrow type."""
-    import fsspec
-    import pyarrow.parquet as pq
-
-    with fsspec.open(path, "rb") as fh:
-        table = pq.read_table(fh, use_threads=False)  # on the task's thread, as `shards.read_table`
-    return table.to_pandas(types_mapper={pa.large_binary(): pd.ArrowDtype(pa.large_binary())}.get, use_threads=False)
+    return dd.from_map(partial(read_part, like=feat._meta), paths, meta=feat._meta, enforce_metadata=False)
