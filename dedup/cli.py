@@ -18,6 +18,7 @@ from typing import Any
 
 from dedup.config import (
     CLIENT_COMPONENT_EDGES,
+    CLUSTER_MODES,
     COMPONENT_MODES,
     CONFIRM_MODES,
     DEFAULT_SHINGLE_SIZE,
@@ -59,6 +60,10 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
         a.add_argument("--keep-by", metavar="COLUMN[:max|:min]", default=None,
                        help="the member of each cluster with the largest (:max, the default) or smallest (:min) value "
                             "of COLUMN survives; ties and nulls fall to the smallest id (default: the smallest id)")
+        a.add_argument("--clusters", choices=CLUSTER_MODES, default="connected",
+                       help="connected: every chain of confirmed pairs is one cluster (the contract's union-find); "
+                            "centred: every removed document reaches the threshold with its cluster's survivor, "
+                            "members below it clustered again among themselves (default: connected)")
         a.add_argument("--cluster-size", action="store_true",
                        help="add minhash_cluster_size (int64) to every row written: how many input documents its "
                             "cluster holds, survivor included (1 for a document without near duplicates)")
@@ -245,7 +250,8 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
                         against=getattr(args, "against", []), skip_existing=getattr(args, "skip_existing", False),
                         write_index=near and not getattr(args, "no_index", False),
                         partition_rows=args.partition_rows or PARTITION_ROWS, restart=args.restart,
-                        cluster_size=getattr(args, "cluster_size", False), keep_by=getattr(args, "keep_by", None))
+                        cluster_size=getattr(args, "cluster_size", False), keep_by=getattr(args, "keep_by", None),
+                        clusters=getattr(args, "clusters", "connected"))
 
 
 def _import_pipeline(report: bool) -> None:

@@ -22,6 +22,9 @@ COMPONENT_MODES = ("auto", "client", "distributed")
 CLIENT_COMPONENT_EDGES = 20_000_000
 """`components="auto"` joins the confirmed edges on the client up to this many (16 bytes each there,
 about 50 while the union-find runs), on the cluster beyond."""
+CLUSTER_MODES = ("connected", "centred")
+"""`--clusters`: connected components of the confirmed graph (the contract's union-find), or
+clusters whose every member reaches the threshold with its survivor (docs/contract.md)."""
 
 
 def check_banding(num_bands: int, rows_per_band: int, num_perm: int) -> None:

@@ -33,8 +33,9 @@ STAGES_DIR = "_stages"
 DONE = "_done.json"
 META = "_meta.pkl"
 """Beside a kept frame's parts: its Dask meta (an empty frame with its dtypes), pickled."""
-ORDER = ("features", "contamination", "buckets", "confirm", "components", "roots", "write")
-"""The stages whose results are kept, in the order they run (a run may skip contamination)."""
+ORDER = ("features", "contamination", "buckets", "confirm", "components", "survivors", "roots", "write")
+"""The stages whose results are kept, in the order they run (a run may skip contamination, and
+survivors without the report or `--clusters centred`)."""
 
 
 class Checkpoints:

@@ -54,21 +54,10 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     `n_new` on are earlier indexes' documents (never paired with each other), placed by `placement`.
     `edge_rows`: the bucket edges' rows (`buckets` counts them), which bound both hops' rows: small
     ones take `route_small`."""
-    n = feat.npartitions
-    n_new = n if n_new is None else n_new
+    n_new = feat.npartitions if n_new is None else n_new
     routes = edges.map_partitions(confirm_routes, meta=ROUTED_META)
-    src = None if params.confirm == "estimate" else texts
-    at_left = dd.map_partitions(pairs_with_left, route(routes, "left", n, placement, edge_rows, 24), feat, src,
-                                text_column, params, placement, meta=left_payload_meta(params),
-                                align_dataframes=False)
-    if src is not None:  # each hop reads the texts it needs: none is held from the first hop to the second
-        at_left = persist(at_left)
-    # a left payload row: the pair and the left signature (exact Jaccard: carriers hold those, and shingle hashes)
-    payload_rows = edge_rows if params.confirm == "estimate" else None
-    scored = persist(dd.map_partitions(score_at_right, route(at_left, "right", n, placement, payload_rows,
-                                                                    4 * params.num_perm + 24),
-                                       feat, src, text_column, params, meta=SCORED_META,
-                                       align_dataframes=False))
+    scored = persist(score_pairs(routes, feat, texts, text_column=text_column, params=params, placement=placement,
+                                 rows=edge_rows))
     graph = persist(dd.map_partitions(graph_pairs, scored, feat, n_new, meta=GRAPH_META,
                                       align_dataframes=False))
     column = "jaccard" if params.confirm == "exact" else "estimate"
@@ -81,6 +70,26 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
                            same_text_pairs=edges_total - confirmed, graph_edges=edges_total,
                            similarity_histogram=[int(x) for x in hist])
     return graph, scored, counts
+
+
+def score_pairs(routes: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str,
+                params: Params, placement: keyspace.Placement = keyspace.OWN, rows: int | None = None
+                ) -> dd.DataFrame:
+    """Pairs (`ROUTED_META`: left, right, same) scored by the confirm rule in force (`SCORED_META`, at
+    their right document's partition, lazy): each taken to its left document's partition for its
+    payload, then to its right document's. `rows`: an upper bound on the pairs, when known, so that
+    few take `route_small`."""
+    n = feat.npartitions
+    src = None if params.confirm == "estimate" else texts
+    at_left = dd.map_partitions(pairs_with_left, route(routes, "left", n, placement, rows, 24), feat, src,
+                                text_column, params, placement, meta=left_payload_meta(params),
+                                align_dataframes=False)
+    if src is not None:  # each hop reads the texts it needs: none is held from the first hop to the second
+        at_left = persist(at_left)
+    # a left payload row: the pair and the left signature (exact Jaccard: carriers hold those, and shingle hashes)
+    payload_rows = rows if params.confirm == "estimate" else None
+    return dd.map_partitions(score_at_right, route(at_left, "right", n, placement, payload_rows, 4 * params.num_perm + 24),
+                             feat, src, text_column, params, meta=SCORED_META, align_dataframes=False)
 
 
 def _tally(d: pd.DataFrame, column: str) -> pd.DataFrame:

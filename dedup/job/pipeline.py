@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dedup.config import CLIENT_COMPONENT_EDGES, COMPONENT_MODES, Params
+from dedup.config import CLIENT_COMPONENT_EDGES, CLUSTER_MODES, COMPONENT_MODES, Params
 from dedup.core.decontam import PathLike, ProtectedNgrams
 from dedup.core.text import TEXT_DTYPE
 from dedup.job import memory, page_data, write
@@ -42,6 +42,7 @@ from dedup.job.manifest import versions, warnings_of
 from dedup.job.plan import Plan, Report, Stage, prepare
 from dedup.job.roots import roots
 from dedup.job.routing import ID_ROW_BYTES, route
+from dedup.job.survivors import survivors
 from dedup.partition import keyspace
 from dedup.partition.decisions import attach_roots
 from dedup.partition.features import KEEP, mark_skipped
@@ -94,7 +95,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             null_id_files: Sequence[str] = (), details: bool = False, against: Sequence[index.IndexPart] = (),
             skip_existing: bool = False, index_out: str | None = None, spill_dir: str | None = None,
             rows: int | None = None, kept: Checkpoints | None = None, cluster_size: bool = False,
-            keep: str | None = None) -> Decisions:
+            keep: str | None = None, clusters: str = "connected") -> Decisions:
     """Run the stages; the report gets every count. `locate` maps a document key to (file, row);
     `details` also finds each clustered document's closest match (for `_report/removed.parquet`),
     and the page's summaries (`Decisions.clusters`, `Decisions.examples`) with the counts of their stages.
@@ -107,7 +108,9 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     of computed (`dedup.job.checkpoints`); `features_dir` is then where the checkpoints keep them.
     `cluster_size`: the roots also carry each clustered document's cluster size. `keep` ("max" or
     "min"): each cluster's root is the member with the largest (smallest) `--keep-by` value, which
-    the input frame carries as `_keep`."""
+    the input frame carries as `_keep`. `clusters` ("connected" or "centred"): with "centred", members
+    below the threshold with their survivor are clustered again (`dedup.job.survivors`), which also
+    scores every member against its survivor for the report when `details`."""
     if components not in COMPONENT_MODES:
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
     kept = kept or Checkpoints.nowhere()
@@ -194,12 +197,31 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
                 report.component_rounds = rounds
                 stage.summary = f"{graph_edges} edges joined on the cluster in {rounds} large/small-star rounds"
             stage.keep({"mode": mode}, frames={"labels": labels})
+    placed = mode == "client"
+    if details or clusters == "centred":
+        if kept.reused("survivors") is not None:
+            labels = kept.frame("survivors", "labels")
+        else:
+            with Stage(report, "survivors", kept) as stage:
+                labels, s = survivors(labels, graph, feat_all, texts, text_column=text_column, params=params,
+                                      centred=clusters == "centred", first_indexed=first_indexed, placement=placement,
+                                      placed=placed, edge_rows=graph_edges, keep=keep, spill_dir=spill_dir,
+                                      npartitions=npartitions)
+                report.clusters_mode = clusters
+                report.survivor_rounds, report.below_survivor = s.rounds, s.below
+                report.survivor_histogram = s.histogram
+                stage.summary = (f"{s.scored} members scored against their connected component's survivor, "
+                                 f"{s.below} below {params.threshold:.3f}")
+                if clusters == "centred":
+                    stage.summary += f"; clustered again in {s.rounds - 1} more round(s)"
+                stage.keep(frames={"labels": labels})
+        placed = False
     if kept.reused("roots") is not None:
         root_rows, summary = kept.frame("roots", "roots"), kept.table("roots", "summary")
     else:
         with Stage(report, "roots", kept) as stage:
             root_rows, r = roots(labels, feat_all, feat.npartitions, first_indexed, placement,
-                                 placed=mode == "client", edge_rows=graph_edges,
+                                 placed=placed, edge_rows=graph_edges,
                                  summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if details else None,
                                  scored=scored if details else None, exact=params.confirm == "exact",
                                  sizes=cluster_size, keep=keep)
@@ -278,19 +300,22 @@ def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sampl
 def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
             id_column: str = "id", text_column: str = "text", params: Params | None = None, drop: bool = True,
             components: str = "auto", npartitions: int | None = None, report: Report | None = None,
-            features_dir: str | None = None) -> dd.DataFrame:
+            features_dir: str | None = None, clusters: str = "connected") -> dd.DataFrame:
     """Decontaminate (if `protected`), then near-dedup (if `near`); a lazy frame with `minhash_cluster`.
 
     Runs the clustering eagerly (it needs every document) and returns the final frame lazily,
     with the input's partitions and row order; `minhash_cluster` has the id column's dtype.
     Signatures are kept in worker memory (about 4 * num_perm bytes a document) unless
-    `features_dir` names a directory to write them to.
+    `features_dir` names a directory to write them to. `clusters`: "connected" or "centred" (`run`).
     """
+    if clusters not in CLUSTER_MODES:
+        raise UsageError(f"The 'clusters' parameter must be one of {CLUSTER_MODES}. Got {clusters!r} instead.")
     params = params or Params()
     report = report if report is not None else Report()
     _check_columns(ddf, id_column, text_column)
     d = analyse(ddf, protected=protected, near=near, id_column=id_column, text_column=text_column, params=params,
-                report=report, components=components, npartitions=npartitions, features_dir=features_dir)
+                report=report, components=components, npartitions=npartitions, features_dir=features_dir,
+                clusters=clusters)
     meta = ddf._meta.assign(minhash_cluster=pd.Series(dtype=ddf._meta[id_column].dtype)) if near else ddf._meta
     return dd.map_partitions(_attach, ddf, d.feat, d.roots, id_column, drop and near, near, meta=meta,
                              align_dataframes=False)
@@ -417,7 +442,7 @@ def _write(plan: Plan) -> report_page.Extras:
             index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
             spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards), kept=kept,
             cluster_size=plan.cluster_size and plan.near,
-            keep=plan.keep_by[1] if keep is not None and plan.keep_by else None)
+            keep=plan.keep_by[1] if keep is not None and plan.keep_by else None, clusters=plan.clusters)
         # reused whole, or else the partitions an interrupted run wrote (kept as each finished), and the rest written
         written = kept.reused("write") is not None
         inputs = shared((groups, plan.schema))
@@ -532,6 +557,8 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
         "max_bucket": params.max_bucket, "components": report.components,
         "component_rounds": report.component_rounds, "near_dedup": plan.near, "drop_duplicates": plan.drop,
         "cluster_size": plan.cluster_size, "keep_by": ":".join(plan.keep_by) if plan.keep_by else None,
+        "cluster_mode": plan.clusters, "below_threshold_to_survivor": report.below_survivor,
+        "survivor_rounds": report.survivor_rounds, "survivor_histogram": report.survivor_histogram,
         "features_on_disk": plan.features_on_disk,
         "id_column": plan.id_column, "text_column": plan.text_column,
         "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
@@ -598,7 +625,8 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
         components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
         partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
         against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True,
-        restart: bool = False, cluster_size: bool = False, keep_by: str | None = None) -> dict[str, Any]:
+        restart: bool = False, cluster_size: bool = False, keep_by: str | None = None,
+        clusters: str = "connected") -> dict[str, Any]:
     """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
 
     Runs on the active distributed client (or the local scheduler without one). OUTPUT mirrors
@@ -616,14 +644,15 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
     `cluster_size`: every row written also gets `minhash_cluster_size`, how many input documents
     its cluster holds (1 for a document without near duplicates). `keep_by` ("COLUMN", "COLUMN:max" or
     "COLUMN:min"): the member of each cluster with the largest (smallest) value of COLUMN survives,
-    ties and nulls to the smallest id (docs/contract.md).
+    ties and nulls to the smallest id (docs/contract.md). `clusters`: "connected" (the contract's
+    union-find) or "centred" (every removed document reaches the threshold with its cluster's survivor).
     When it returns, the job holds nothing in the cluster's memory.
     """
     plan = prepare(input, output, protected=protected, near=near, id_column=id_column, text_column=text_column,
                    params=params, drop=drop, overwrite=overwrite, components=components, retries=retries,
                    features_on_disk=features_on_disk, partition_rows=partition_rows, dry_run=dry_run,
                    write_report=write_report, against=against, skip_existing=skip_existing, write_index=write_index,
-                   restart=restart, cluster_size=cluster_size, keep_by=keep_by)
+                   restart=restart, cluster_size=cluster_size, keep_by=keep_by, clusters=clusters)
     try:
         return execute(plan)
     finally:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import pyarrow as pa
 
-from dedup.config import COMPONENT_MODES, Params
+from dedup.config import CLUSTER_MODES, COMPONENT_MODES, Params
 from dedup.storage import shards as shards_mod
 from dedup.storage.safety import UsageError, check_output, expand_protected, input_places
 from dedup.storage.staging import INTERRUPT_REQUESTED, Staging
@@ -46,6 +46,12 @@ class Report:
     components: str = ""
     component_rounds: int = 0
     similarity_histogram: list[int] = field(default_factory=list)
+    clusters_mode: str = "connected"
+    survivor_rounds: int = 0
+    below_survivor: int = 0
+    """This run's clustered documents below the threshold with their connected component's survivor."""
+    survivor_histogram: list[int] = field(default_factory=list)
+    """This run's clustered documents' similarity to their survivor (by the confirm rule), 50 bins of [0, 1]."""
     skipped_existing: int = 0
     indexed_documents: int = 0
     near_duplicates_of_indexed: int = 0
@@ -141,6 +147,8 @@ class Plan:
     cluster_size: bool = False
     keep_by: tuple[str, str] | None = None
     """`--keep-by`: (column, "max" or "min")."""
+    clusters: str = "connected"
+    """`--clusters`: "connected" or "centred" (`dedup.config.CLUSTER_MODES`)."""
     kept: Any = None
     """The stage results kept as the job goes (`dedup.job.checkpoints.Checkpoints`, made when it starts)."""
 
@@ -181,7 +189,8 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
             components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
             partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
             against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True,
-            restart: bool = False, cluster_size: bool = False, keep_by: str | None = None) -> Plan:
+            restart: bool = False, cluster_size: bool = False, keep_by: str | None = None,
+            clusters: str = "connected") -> Plan:
     """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right.
 
     against: earlier OUTPUTs whose indexes this run's documents are compared with (near-dedup only).
@@ -192,6 +201,10 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
     report = Report()
     if components not in COMPONENT_MODES:
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
+    if clusters not in CLUSTER_MODES:
+        raise UsageError(f"--clusters must be one of {', '.join(CLUSTER_MODES)}. Got {clusters!r} instead.")
+    if clusters != "connected" and not near:
+        raise UsageError("--clusters says how near duplicates are clustered; it needs `run` or `near`.")
     if isinstance(partition_rows, bool) or not isinstance(partition_rows, int) or partition_rows < 1:
         raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {partition_rows!r} instead.")
     files = shards_mod.discover(input)
@@ -231,7 +244,7 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
     options = {"input": input, "near": near, "drop": drop, "id_column": id_column, "text_column": text_column,
                "components": components, "partition_rows": partition_rows, "dry_run": dry_run,
                "write_report": write_report, "skip_existing": skip_existing, "write_index": write_index,
-               "cluster_size": cluster_size, "keep_by": keep_by}
+               "cluster_size": cluster_size, "keep_by": keep_by, "clusters": clusters}
     staging = Staging(output, fingerprint(found, params, options, prot, parts), restart=restart)
     groups = shards_mod.partitions(found, rows=partition_rows)
     if big := shards_mod.oversized_groups(found, rows=partition_rows):
@@ -240,6 +253,6 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
                  big[0][0].path, big[0][1], partition_rows)
     return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, components,
                 retries, features_on_disk, dry_run, write_report, staging, report, start, parts, skip_existing,
-                write_index, cluster_size=cluster_size, keep_by=keep)
+                write_index, cluster_size=cluster_size, keep_by=keep, clusters=clusters)
 
 

@@ -16,7 +16,15 @@ from dedup.job.graphs import persist
 from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
 from dedup.partition import keyspace
 from dedup.partition.features import KEEP
-from dedup.partition.roots import component_counts, component_rows_meta, own_documents, roots_meta, roots_of_components, with_ids
+from dedup.partition.roots import (
+    SURVIVOR_ESTIMATE,
+    component_counts,
+    component_rows_meta,
+    own_documents,
+    roots_meta,
+    roots_of_components,
+    with_ids,
+)
 
 
 @dataclass(frozen=True)
@@ -52,17 +60,21 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     that pair's similarities (matched, estimate, jaccard; `closest_matches`, with Jaccard 1
     for identical words when `exact`): the pairs travel with the labels to their component.
     `sizes`: each document's cluster size too (`dedup.partition.roots.SIZE`). `keep` ("max", "min"):
-    the root is the member with the largest (smallest) `--keep-by` value the features carry."""
+    the root is the member with the largest (smallest) `--keep-by` value the features carry. Labels
+    from the survivors stage (`dedup.job.survivors`) carry each member's similarities to its
+    survivor, which the roots carry on."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     id_meta = feat._meta["_id"]
     members = 2 * edge_rows if edge_rows is not None else None
     at_docs = labels if placed else route(labels, "doc", n, placement, members, 16)
+    to_survivor = SURVIVOR_ESTIMATE in labels.columns
     labelled = dd.map_partitions(with_ids, at_docs, feat, *([scored] if scored is not None else []),
                                  meta=component_rows_meta(id_meta, scored is not None,
-                                                          feat._meta[KEEP] if KEEP in feat.columns else None),
+                                                          feat._meta[KEEP] if KEEP in feat.columns else None,
+                                                          to_survivor),
                                  align_dataframes=False)
-    root_meta = roots_meta(id_meta, scored is not None, sizes)
+    root_meta = roots_meta(id_meta, scored is not None, sizes, to_survivor)
     k = max(1, n_new)
     rows = None if edge_rows is None else (2 + (scored is not None)) * edge_rows  # and a pair row per edge
     row_bytes = ID_ROW_BYTES + (32 if scored is not None else 0)  # the text keys and a pair's columns

@@ -4,6 +4,8 @@ rows meet."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
@@ -26,12 +28,22 @@ OTHER = "other"
 that `doc` was confirmed against (a pair of different texts)."""
 
 
-def component_rows_meta(id_meta: pd.Series, matches: bool, keep_meta: pd.Series | None = None) -> pd.DataFrame:
+SURVIVOR_ESTIMATE, SURVIVOR_JACCARD = "survivor_estimate", "survivor_jaccard"
+"""A member's similarity to its cluster's survivor (`dedup.job.survivors`): the signature estimate, and
+exact Jaccard (NaN unless `--confirm exact`); NaN on the survivor's own row."""
+TO_SURVIVOR = (SURVIVOR_ESTIMATE, SURVIVOR_JACCARD)
+
+
+def component_rows_meta(id_meta: pd.Series, matches: bool, keep_meta: pd.Series | None = None,
+                        to_survivor: bool = False) -> pd.DataFrame:
     """`with_ids` rows: (doc, label, _id), the `--keep-by` values (`KEEP`) when the features have them,
-    and for matches the text keys and the pair rows' columns."""
+    the similarities to the survivor when the labels carry them (`TO_SURVIVOR`), and for matches the
+    text keys and the pair rows' columns."""
     meta = MEMBER_META.assign(_id=id_meta.iloc[:0])
     if keep_meta is not None:
         meta[KEEP] = keep_meta.iloc[:0]
+    if to_survivor:
+        meta = meta.assign(**{c: pd.Series(dtype=np.float32) for c in TO_SURVIVOR})
     if not matches:
         return meta
     return meta.assign(tkey=pd.Series(dtype=np.uint64), tkey2=pd.Series(dtype=np.uint64),
@@ -51,11 +63,16 @@ def with_ids(members: pd.DataFrame, feat: pd.DataFrame, scored: pd.DataFrame | N
     out = members[["doc", "label"]].reset_index(drop=True).assign(_id=feat["_id"].to_numpy()[at])
     if KEEP in feat.columns:
         out[KEEP] = feat[KEEP].take(at).array
+    for c in TO_SURVIVOR:
+        if c in members.columns:
+            out[c] = members[c].to_numpy(np.float32)
     if scored is None:
         return out
     out = out.assign(tkey=feat["tkey"].to_numpy(np.uint64)[at], tkey2=feat["tkey2"].to_numpy(np.uint64)[at],
                      **{OTHER: np.int64(-1)}, estimate=np.float32(np.nan), jaccard=np.float32(np.nan))
     pairs = scored[scored["confirmed"].to_numpy(bool) & ~scored["same"].to_numpy(bool)]
+    if SURVIVOR_ESTIMATE in members.columns:  # centred clusters: a member may have been left alone
+        pairs = pairs[np.isin(pairs["right"].to_numpy(np.int64), keys)]
     right = pairs["right"].to_numpy(np.int64)
     order = np.argsort(keys, kind="stable")
     pos = np.searchsorted(keys[order], right)
@@ -70,6 +87,9 @@ def with_ids(members: pd.DataFrame, feat: pd.DataFrame, scored: pd.DataFrame | N
                          "jaccard": pairs["jaccard"].to_numpy(np.float32)})
     if KEEP in feat.columns:
         rows.insert(3, KEEP, feat[KEEP].take(at).array)
+    for c in TO_SURVIVOR:
+        if c in out.columns:
+            rows[c] = np.float32(np.nan)
     return concat_rows([out, rows[list(out.columns)]])
 
 
@@ -124,20 +144,47 @@ def closest_matches(doc: NDArray[np.int64], rank: NDArray[np.int64], tkey: NDArr
     return matched, out_est, out_jac
 
 
+def survival_ranks(rows: pd.DataFrame, first_indexed: int = NO_INDEX, keep: str | None = None
+                   ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[Any]]:
+    """Each member's rank for survival (the smallest survives), its id's rank and the sorted ids:
+    (rank, codes, uniques), `uniques[rank % len(uniques)]` being the member's id.
+
+    Ids are ranked once (factorize sorts them: numeric or string order), so the smallest rank per
+    label is found in numpy: a groupby min over Python strings runs a Python loop per component.
+    Documents of an earlier output's index (keys >= first_indexed) rank first; with `keep` ("max" or
+    "min") the `KEEP` value's rank comes before the id's, and a null ranks after every value."""
+    ids = rows["_id"]
+    if not pd.api.types.is_integer_dtype(ids.dtype):
+        ids = ids.astype(object)
+    doc = rows["doc"].to_numpy(np.int64)
+    codes, uniques = pd.factorize(ids.to_numpy(), sort=True)
+    n = max(len(uniques), 1)
+    if keep is None:
+        rank = codes.astype(np.int64) + np.where(doc < first_indexed, n, 0)  # indexed documents rank first
+    else:  # the value's rank, then the id's; indexed documents first whatever their value
+        values, kinds = pd.factorize(rows[KEEP].array, sort=True)  # nulls: -1
+        k = len(kinds)
+        by_value = np.where(values < 0, k, (k - 1 - values) if keep == "max" else values).astype(np.int64)
+        rank = codes.astype(np.int64) + np.where(doc < first_indexed, n * (1 + by_value), 0)
+    return rank, codes.astype(np.int64), np.asarray(uniques)
+
+
 SIZE = "size"
 """In `roots_of_components` rows with sizes: the input documents of the member's cluster (`cluster_sizes`)."""
 
 
-def roots_meta(id_meta: pd.Series, matches: bool, sizes: bool = False) -> pd.DataFrame:
-    """`roots_of_components` rows: (doc, root, _id), with sizes `SIZE`, and with matches (matched,
-    estimate, jaccard)."""
+def roots_meta(id_meta: pd.Series, matches: bool, sizes: bool = False, to_survivor: bool = False) -> pd.DataFrame:
+    """`roots_of_components` rows: (doc, root, _id), with sizes `SIZE`, with matches (matched,
+    estimate, jaccard), and the similarities to the survivor (`TO_SURVIVOR`) when the labels carry them."""
     meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
     if sizes:
         meta[SIZE] = pd.Series(dtype=np.int64)
-    if not matches:
-        return meta
-    return meta.assign(matched=id_meta.iloc[:0], estimate=pd.Series(dtype=np.float32),
-                       jaccard=pd.Series(dtype=np.float32))
+    if matches:
+        meta = meta.assign(matched=id_meta.iloc[:0], estimate=pd.Series(dtype=np.float32),
+                           jaccard=pd.Series(dtype=np.float32))
+    if to_survivor:
+        meta = meta.assign(**{c: pd.Series(dtype=np.float32) for c in TO_SURVIVOR})
+    return meta
 
 
 def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact: bool = False,
@@ -154,29 +201,26 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact
     each member's cluster size too (`SIZE`): this run's documents in it, and its root when that is
     an earlier output's document.
     """
-    matches = OTHER in rows.columns
+    matches, to_survivor = OTHER in rows.columns, SURVIVOR_ESTIMATE in rows.columns
     if rows.empty:
-        return roots_meta(rows["_id"], matches, sizes)
+        return roots_meta(rows["_id"], matches, sizes, to_survivor)
     pairs = None
     if matches:
         other = rows[OTHER].to_numpy(np.int64)
         pairs, rows = rows[other >= 0], rows[other < 0]
     rows = rows.drop_duplicates("doc")
+    if to_survivor:  # a centred round's survivor whose members all fell below the threshold is alone
+        rows = rows[rows.groupby("label")["doc"].transform("size").to_numpy() > 1]
+        if pairs is not None:  # and a pair whose ends ended in different clusters joins nothing
+            pairs = _pairs_inside(pairs, rows)
+        if rows.empty:
+            return roots_meta(rows["_id"], matches, sizes, to_survivor)
     ids = rows["_id"]
     if not pd.api.types.is_integer_dtype(ids.dtype):
         ids = ids.astype(object)
     doc = rows["doc"].to_numpy(np.int64)
-    # ids ranked once (factorize sorts them: numeric or string order), then the smallest rank per
-    # label in numpy: a groupby min over Python strings runs a Python loop per component
-    codes, uniques = pd.factorize(ids.to_numpy(), sort=True)
+    rank, codes, uniques = survival_ranks(rows, first_indexed, keep)
     n = max(len(uniques), 1)
-    if keep is None:
-        rank = codes.astype(np.int64) + np.where(doc < first_indexed, n, 0)  # indexed documents rank first
-    else:  # the value's rank, then the id's; indexed documents first whatever their value
-        values, kinds = pd.factorize(rows[KEEP].array, sort=True)  # nulls: -1
-        k = len(kinds)
-        by_value = np.where(values < 0, k, (k - 1 - values) if keep == "max" else values).astype(np.int64)
-        rank = codes.astype(np.int64) + np.where(doc < first_indexed, n * (1 + by_value), 0)
     labels, group = np.unique(rows["label"].to_numpy(np.int64), return_inverse=True)
     best = np.full(len(labels), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(best, group, rank)
@@ -185,15 +229,38 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact
     if sizes:  # this run's documents, and an earlier output's root (ranked first: below n)
         own = np.bincount(group, weights=doc < first_indexed, minlength=len(labels)).astype(np.int64)
         out[SIZE] = (own + (best < n))[group]
+    to_root = {c: rows[c].to_numpy(np.float32) for c in TO_SURVIVOR} if to_survivor else {}
     if pairs is None:
-        return out
+        return out.assign(**to_root)
     matched, est, jac = closest_matches(doc, codes.astype(np.int64), rows["tkey"].to_numpy(np.uint64),
                                         rows["tkey2"].to_numpy(np.uint64), pairs[OTHER].to_numpy(np.int64),
                                         pairs["doc"].to_numpy(np.int64), pairs["estimate"].to_numpy(np.float32),
                                         pairs["jaccard"].to_numpy(np.float32), exact)
-    if (matched < 0).any():
+    alone = matched < 0
+    if alone.any() and not to_survivor:
         raise RuntimeError("A clustered document has no matched document; please report this as a bug.")
-    return out.assign(matched=ids.to_numpy()[matched], estimate=est, jaccard=jac)
+    # centred: a member joined to its survivor by no confirmed pair of its cluster is matched to the survivor
+    matched_id = np.where(alone, root, ids.to_numpy()[np.maximum(matched, 0)])
+    if alone.any():
+        est = np.where(alone, to_root[SURVIVOR_ESTIMATE], est)
+        jac = np.where(alone, to_root[SURVIVOR_JACCARD], jac)
+    return out.assign(matched=matched_id, estimate=est, jaccard=jac, **to_root)
+
+
+def _pairs_inside(pairs: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """The pair rows (`OTHER` = left, doc = right) whose two documents are members of one cluster."""
+    doc = rows["doc"].to_numpy(np.int64)
+    label = rows["label"].to_numpy(np.int64)
+    order = np.argsort(doc, kind="stable")
+    sdoc, slabel = doc[order], label[order]
+
+    def label_of(keys: np.ndarray) -> np.ndarray:
+        pos = np.minimum(np.searchsorted(sdoc, keys), max(len(sdoc) - 1, 0))
+        found = (sdoc[pos] == keys) if len(sdoc) else np.zeros(len(keys), bool)
+        return np.where(found, slabel[pos] if len(sdoc) else -1, -1)
+
+    left, right = label_of(pairs[OTHER].to_numpy(np.int64)), label_of(pairs["doc"].to_numpy(np.int64))
+    return pairs[(left >= 0) & (left == right)]
 
 
 def component_counts(roots: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:

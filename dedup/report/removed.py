@@ -5,8 +5,9 @@ holds the list: id, reason (`near_duplicate`, `contaminated`, or `already_indexe
 `--skip-existing`); for near duplicates the root id, the document it was matched to
 (`dedup.partition.roots.closest_matches`: the smallest id among its other copies and the best copy of each text
 confirmed against its own) and that pair's similarity (estimate, and exact Jaccard with
-`--confirm exact`); for contaminated ones the protected file, the record and the first matching
-n-gram. Parquet readers skip `_`-prefixed paths, so the output dataset stays clean.
+`--confirm exact`), and its similarity to the root by the confirm rule in force
+(`survivor_similarity`); for contaminated ones the protected file, the record and the first
+matching n-gram. Parquet readers skip `_`-prefixed paths, so the output dataset stays clean.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from numpy.typing import NDArray
 from dedup.core.decontam import ProtectedNgrams
 from dedup.partition.features import CLEAN
 from dedup.partition.keyspace import key_row
+from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD
 
 REPORT_DIR = "_report"
 REMOVED = f"{REPORT_DIR}/removed.parquet"
@@ -33,6 +35,7 @@ def removed_schema(id_type: pa.DataType) -> pa.Schema:
         pa.field("id", id_type, nullable=False), pa.field("reason", pa.string(), nullable=False),
         pa.field("root", id_type), pa.field("matched", id_type),
         pa.field("estimate", pa.float32()), pa.field("jaccard", pa.float32()),
+        pa.field("survivor_similarity", pa.float32()),
         pa.field("protected_file", pa.string()), pa.field("record", pa.string()), pa.field("ngram", pa.string()),
     ])
 
@@ -54,11 +57,15 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
     matched = np.full(n, None, dtype=object)
     est = np.full(n, np.nan, dtype=np.float32)
     jac = np.full(n, np.nan, dtype=np.float32)
+    to_root = np.full(n, np.nan, dtype=np.float32)
     if matches is not None and len(matches):
         rows = key_row(matches["doc"].to_numpy(np.int64))
         matched[rows] = matches["matched"].to_numpy(dtype=object)
         est[rows] = matches["estimate"].to_numpy(np.float32)
         jac[rows] = matches["jaccard"].to_numpy(np.float32)
+        if SURVIVOR_ESTIMATE in matches.columns:  # by the confirm rule: exact Jaccard when it was scored
+            j = matches[SURVIVOR_JACCARD].to_numpy(np.float32)
+            to_root[rows] = np.where(np.isnan(j), matches[SURVIVOR_ESTIMATE].to_numpy(np.float32), j)
     files: list[str | None] = [None] * len(take)
     records: list[str | None] = [None] * len(take)
     grams: list[str | None] = [None] * len(take)
@@ -81,6 +88,7 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
         "matched": pa.array(matched[take].tolist(), id_type, mask=mask),
         "estimate": pa.array(est[take], pa.float32(), mask=mask | np.isnan(est[take])),
         "jaccard": pa.array(jac[take], pa.float32(), mask=mask | np.isnan(jac[take])),
+        "survivor_similarity": pa.array(to_root[take], pa.float32(), mask=mask | np.isnan(to_root[take])),
         "protected_file": pa.array(files, pa.string()), "record": pa.array(records, pa.string()),
         "ngram": pa.array(grams, pa.string()),
     }, schema=schema), take

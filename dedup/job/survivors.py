@@ -1,0 +1,120 @@
+"""Stage 6 on Dask: each member scored against its cluster's survivor, and with `--clusters centred`
+the members below the threshold clustered again among themselves, round after round, until every
+member reaches the threshold with its survivor.
+
+A round: the labels go to their documents for ids (and `--keep-by` values), meet per cluster where
+its survivor is chosen as the roots stage will choose it, and a pair (survivor, member) per other
+member is scored by `confirm`'s two hops. Connected clusters end there (the similarities are the
+report's); centred ones keep the members that passed, and the confirmed graph's edges between the
+members that failed are joined again (on the client or on the cluster, as components are) for the
+next round. A failed member left with no edge is a cluster of its own. Nothing corpus-sized
+reaches the client: each round it sees counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import dask.dataframe as dd
+import numpy as np
+
+from dedup.config import CLIENT_COMPONENT_EDGES, Params
+from dedup.job.components import components_on_client, components_on_cluster
+from dedup.job.compute import compute
+from dedup.job.confirm import SIMILARITY_BINS, score_pairs
+from dedup.job.graphs import persist
+from dedup.job.routing import ID_ROW_BYTES, ROWS_META, label_part, route, route_by, row_count
+from dedup.partition import keyspace
+from dedup.partition.confirm import ROUTED_META
+from dedup.partition.features import KEEP
+from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD, component_rows_meta, with_ids
+from dedup.partition.survivors import (
+    CHOSEN_META,
+    DOCS_META,
+    PLACED_META,
+    below_threshold,
+    edges_among,
+    failed_members,
+    histogram_of,
+    placed_members,
+    survivor_pairs,
+    survivor_rows,
+    survivors_of,
+)
+
+MAX_ROUNDS = 10_000
+"""A bound no real graph meets: each round settles at least one member of every cluster."""
+
+
+@dataclass(frozen=True)
+class SurvivorCounts:
+    """The survivors stage: its rounds; this run's members scored against their connected component's
+    survivor (in the first round), and those below the threshold; the histogram of the final
+    similarity to their survivor of this run's clustered documents that are not one."""
+
+    rounds: int
+    scored: int
+    below: int
+    histogram: list[int]
+
+
+def survivors(labels: dd.DataFrame, graph: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *,
+              text_column: str, params: Params, centred: bool, first_indexed: int = keyspace.NO_INDEX,
+              placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
+              keep: str | None = None, spill_dir: str | None = None, npartitions: int | None = None
+              ) -> tuple[dd.DataFrame, SurvivorCounts]:
+    """Settled labels (`PLACED_META`: doc, label = the survivor's key, the similarities to it) for every
+    clustered document, persisted, and the counts. `labels` and `graph`: the components stage's labels
+    (at their documents' partitions when `placed`) and the confirmed graph, of `edge_rows` edges."""
+    n = feat.npartitions
+    k = max(1, n)
+    keep_meta = feat._meta[KEEP] if KEEP in feat.columns else None
+    settled: list[dd.DataFrame] = []
+    graph_rows = edge_rows
+    scored_first = below = rounds = 0
+    while True:
+        rounds += 1
+        if rounds > MAX_ROUNDS:
+            raise RuntimeError(f"Centred clusters did not settle in {MAX_ROUNDS} rounds; please report this as a bug.")
+        members = 2 * graph_rows if graph_rows is not None else None
+        at_docs = labels if placed else route(labels, "doc", n, placement, members, 16)
+        labelled = dd.map_partitions(with_ids, at_docs, feat, align_dataframes=False,
+                                     meta=component_rows_meta(feat._meta["_id"], False, keep_meta))
+        by_label = route_by(labelled, partial(label_part, npartitions=k), k, members, ID_ROW_BYTES)
+        chosen = persist(by_label.map_partitions(survivors_of, first_indexed, keep, meta=CHOSEN_META))
+        pairs = chosen.map_partitions(survivor_pairs, meta=ROUTED_META)
+        scored = persist(score_pairs(pairs, feat, texts, text_column=text_column, params=params, placement=placement,
+                                     rows=members))
+        settled.append(persist(dd.concat([chosen.map_partitions(survivor_rows, meta=PLACED_META),
+                                          scored.map_partitions(placed_members, centred, meta=PLACED_META)])))
+        lazy = [scored.map_partitions(below_threshold, first_indexed, meta={"scored": "int64", "below": "int64"})]
+        if centred:
+            failed = persist(scored.map_partitions(failed_members, meta=DOCS_META))
+            lazy.append(failed.map_partitions(row_count, meta=ROWS_META))
+        b, *f = compute(*lazy)
+        if rounds == 1:
+            scored_first, below = int(b["scored"].sum()), int(b["below"].sum())
+        if not centred or not int(f[0]["n"].sum()):
+            break
+        # the graph's edges between failed members: kept at the right end's partition, then at the left's
+        right = dd.map_partitions(edges_among, route(graph, "right", n, placement, graph_rows, 16), failed, "right",
+                                  meta=graph._meta, align_dataframes=False)
+        graph = persist(dd.map_partitions(edges_among, route(right, "left", n, placement, graph_rows, 16), failed,
+                                          "left", meta=graph._meta, align_dataframes=False))
+        (e,) = compute(graph.map_partitions(row_count, meta=ROWS_META))
+        graph_rows = int(e["n"].sum())
+        if not graph_rows:  # every failed member is alone: a cluster of its own
+            break
+        if graph_rows <= CLIENT_COMPONENT_EDGES:
+            labels = components_on_client(graph, n, f"{spill_dir}/round-{rounds}" if spill_dir else None, placement)
+            placed = True
+        else:
+            labels, _ = components_on_cluster(graph, npartitions or n)
+            placed = False
+    final = persist(dd.concat(settled)) if len(settled) > 1 else settled[0]
+    column = SURVIVOR_JACCARD if params.confirm == "exact" else SURVIVOR_ESTIMATE
+    (h,) = compute(final.map_partitions(histogram_of, column, SIMILARITY_BINS, first_indexed,
+                                        meta={"hist": object}))
+    hist = np.sum(np.stack(h["hist"].to_list()), axis=0) if len(h) else np.zeros(SIMILARITY_BINS, np.int64)
+    return final, SurvivorCounts(rounds=rounds, scored=scored_first, below=below, histogram=[int(x) for x in hist])
