@@ -74,3 +74,65 @@ def ref_signature(text: str, k: int = 5, num_perm: int = 128, seed: int = 0, uni
     sets = ref_char_shingles(text, k) if unit == "char" else ref_shingles(text, k)
     xs = [ref_fnv1a64(s.encode("utf-8")) % P for s in sets]
     return [min(((a * x + b) % P for x in xs), default=P) for a, b in ref_perm_params(num_perm, seed)]
+
+
+def ref_clusters(ids: list[str], texts: list[str], *, mode: str, threshold: float, confirm: str, k: int = 5,
+                 num_perm: int = 128, num_bands: int = 16, rows_per_band: int = 8, seed: int = 0,
+                 rank: dict[str, object] | None = None) -> dict[str, tuple[str, float | None]]:
+    """Each document's survivor and its similarity to it (None for a survivor or a document alone), by
+    the contract's definitions: candidates share a band, pairs reaching `threshold` (signature
+    agreement, or exact shingle Jaccard) are edges; `connected` clusters are the graph's components,
+    `centred` ones keep the members that reach the threshold with their survivor and cluster the rest
+    again among themselves, by the graph's edges between them, until none is left. The survivor is
+    the member with the smallest `rank` (default: its id)."""
+    rank = rank if rank is not None else {i: i for i in ids}
+    sigs = [ref_signature(t, k, num_perm, seed) for t in texts]
+    sets = [ref_shingles(t, k) for t in texts]
+    n = len(ids)
+
+    def sim(a: int, b: int) -> float:
+        if confirm == "exact":
+            return len(sets[a] & sets[b]) / len(sets[a] | sets[b])
+        return sum(x == y for x, y in zip(sigs[a], sigs[b])) / num_perm
+
+    buckets: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    for i, s in enumerate(sigs):
+        for b in range(num_bands):
+            buckets.setdefault((b, tuple(s[b * rows_per_band:(b + 1) * rows_per_band])), []).append(i)
+    adjacent: dict[int, set[int]] = {i: set() for i in range(n)}
+    for members in buckets.values():
+        for x in members:
+            for y in members:
+                if x < y and y not in adjacent[x] and sim(x, y) >= threshold:
+                    adjacent[x].add(y)
+                    adjacent[y].add(x)
+
+    def parts(nodes: set[int]) -> list[set[int]]:
+        out, seen = [], set()
+        for start in sorted(nodes):
+            if start in seen:
+                continue
+            part, todo = set(), [start]
+            while todo:
+                x = todo.pop()
+                if x not in part:
+                    part.add(x)
+                    todo.extend(adjacent[x] & nodes)
+            seen |= part
+            out.append(part)
+        return out
+
+    result: dict[str, tuple[str, float | None]] = {i: (i, None) for i in ids}
+    todo = [p for p in parts(set(range(n))) if len(p) > 1]
+    while todo:
+        part = todo.pop()
+        s = min(part, key=lambda x: (rank[ids[x]], ids[x]))
+        failed = set()
+        for m in part - {s}:
+            v = sim(s, m)
+            if mode == "connected" or v >= threshold:
+                result[ids[m]] = (ids[s], v)
+            else:
+                failed.add(m)
+        todo.extend(p for p in parts(failed) if len(p) > 1)
+    return result

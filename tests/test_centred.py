@@ -1,0 +1,175 @@
+"""`--clusters centred|connected` and the similarity to the survivor, against the plain-Python
+reference (`tests.reference.ref_clusters`): the same clusters whatever the partitioning, workers or
+input order; in centred clusters every removed document reaches the threshold with its survivor."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import dask
+import dask.dataframe as dd
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dedup import Params
+from dedup.job.pipeline import near_dedup_frame, run
+from tests.conftest import run_dedup
+from tests.reference import ref_clusters, ref_shingles
+
+VOCAB = [f"w{i}" for i in range(400)]
+
+
+def _chain(rng: random.Random, tag: str, length: int, words: int = 150) -> list[str]:
+    """Texts each one word away from the one before: near neighbours, far ends."""
+    cur = [rng.choice(VOCAB) for _ in range(words)]
+    out = []
+    for _ in range(length):
+        cur[rng.randrange(words)] = rng.choice(VOCAB)
+        out.append(f"{tag} " + " ".join(cur))
+    return out
+
+
+@pytest.fixture(scope="module")
+def chained() -> pd.DataFrame:
+    """Chains of 3 to 25 texts, some with exact copies, and 60 unrelated texts, ids in shuffled order."""
+    rng = random.Random(7)
+    texts = []
+    for c, length in enumerate([25, 12, 8, 3, 16]):
+        texts += _chain(rng, f"chain{c}", length)
+    texts += texts[3:6] + texts[40:42]  # copies
+    texts += [" ".join(rng.choice(VOCAB) for _ in range(120)) for _ in range(60)]
+    order = list(range(len(texts)))
+    rng.shuffle(order)
+    return pd.DataFrame({"id": [f"doc-{i:04d}" for i in order], "text": texts,
+                         "score": [rng.randrange(5) for _ in texts]})
+
+
+def _shards(frame: pd.DataFrame, directory: Path, shards: int) -> Path:
+    directory.mkdir(parents=True)
+    for i in range(shards):
+        frame.iloc[i::shards].to_parquet(directory / f"part-{i}.parquet", index=False)
+    return directory
+
+
+def _want(frame: pd.DataFrame, mode: str, confirm: str, rank: dict | None = None) -> dict[str, tuple[str, float | None]]:
+    return ref_clusters(list(frame["id"]), list(frame["text"]), mode=mode, threshold=0.8, confirm=confirm, rank=rank)
+
+
+@pytest.mark.parametrize("confirm", ["estimate", "exact"])
+def test_centred_and_connected_clusters_equal_the_reference(client, tmp_path: Path, chained: pd.DataFrame,
+                                                            confirm: str) -> None:
+    """Both modes, one shard or seven read as partitions of 20 rows: the reference's survivors, and
+    in removed.parquet its similarity of every removed document to its survivor."""
+    for mode in ("connected", "centred"):
+        want = _want(chained, mode, confirm)
+        assert mode == "connected" or {r for r, _ in want.values()} != {r for r, _ in _want(chained, "connected",
+                                                                                           confirm).values()}
+        for shards, rows in ((1, 10**6), (7, 20)):
+            out = tmp_path / f"{mode}-{shards}"
+            m = run(str(_shards(chained, tmp_path / f"in-{mode}-{shards}", shards)), str(out), drop=False,
+                    partition_rows=rows, params=Params(confirm=confirm), clusters=mode, cluster_size=True)
+            got = pd.read_parquet(out)
+            assert dict(zip(got["id"], got["minhash_cluster"])) == {i: r for i, (r, _) in want.items()}
+            sizes = got.groupby("minhash_cluster")["id"].transform("size")
+            assert (got["minhash_cluster_size"] == sizes).all()
+            removed = pd.read_parquet(out / "_report" / "removed.parquet")
+            near = removed[removed["reason"] == "near_duplicate"]
+            assert len(near) == sum(r != i for i, (r, _) in want.items())
+            for i, root, s in zip(near["id"], near["root"], near["survivor_similarity"]):
+                assert root == want[i][0] and s == pytest.approx(want[i][1], abs=1e-6)
+            below = sum(s is not None and s < 0.8 for _, s in _want(chained, "connected", confirm).values())
+            assert m["cluster_mode"] == mode and m["below_threshold_to_survivor"] == below > 0
+            if mode == "centred":
+                assert (near["survivor_similarity"] >= 0.8).all() and m["survivor_rounds"] > 2
+                assert sum(m["survivor_histogram"][:40]) == 0  # 50 bins: none below 0.8
+            else:
+                assert sum(m["survivor_histogram"][:40]) == below
+
+
+def test_centred_exact_members_reach_the_threshold_by_exact_jaccard(client, tmp_path: Path,
+                                                                    chained: pd.DataFrame) -> None:
+    """Whatever the code computed, recomputed here from the texts: every removed document's shingles
+    share at least the threshold with its survivor's."""
+    out = tmp_path / "out"
+    run(str(_shards(chained, tmp_path / "in", 3)), str(out), params=Params(confirm="exact"), clusters="centred")
+    removed = pd.read_parquet(out / "_report" / "removed.parquet")
+    text = dict(zip(chained["id"], chained["text"]))
+    assert len(removed) > 20
+    for i, root in zip(removed["id"], removed["root"]):
+        a, b = ref_shingles(text[i], 5), ref_shingles(text[root], 5)
+        assert len(a & b) / len(a | b) >= 0.8
+
+
+def test_centred_follows_keep_by_and_the_cli(dask_processes: Path, tmp_path: Path, chained: pd.DataFrame) -> None:
+    """Through the CLI on a `dask scheduler` with two workers: --keep-by score:min chooses each
+    cluster's survivor, round after round, as the reference does."""
+    src = _shards(chained, tmp_path / "in", 4)
+    out = tmp_path / "out"
+    got = run_dedup("run", str(src), str(out), "--scheduler-file", str(dask_processes), "--clusters", "centred",
+                    "--keep-by", "score:min", "--keep-duplicates")
+    assert got.returncode == 0, got.stderr
+    assert "survivors:" in got.stderr and "more round(s)" in got.stderr
+    rank = {i: (s, i) for i, s in zip(chained["id"], chained["score"])}
+    want = _want(chained, "centred", "estimate", rank)
+    frame = pd.read_parquet(out)
+    assert dict(zip(frame["id"], frame["minhash_cluster"])) == {i: r for i, (r, _) in want.items()}
+    assert json.loads((out / "_dedup.json").read_text())["keep_by"] == "score:min"
+
+
+def test_clusters_is_checked_before_any_cluster_starts(tmp_path: Path, chained: pd.DataFrame) -> None:
+    src = _shards(chained, tmp_path / "in", 1)
+    got = run_dedup("run", str(src), str(tmp_path / "out"), "--clusters", "central")
+    assert got.returncode == 2 and "invalid choice: 'central'" in got.stderr
+    got = run_dedup("decontaminate", str(src), str(tmp_path / "out"), "--clusters", "centred")
+    assert got.returncode == 2
+    assert not (tmp_path / "out").exists()
+
+
+def _chains(rnd: random.Random) -> list[str]:
+    """One or two chains of texts of 12 words from 20, each one or two words away from the one before."""
+    texts = []
+    for _ in range(rnd.randrange(1, 3)):
+        cur = [rnd.randrange(20) for _ in range(12)]
+        for _ in range(rnd.randrange(2, 8)):
+            for _ in range(rnd.randrange(1, 3)):
+                cur[rnd.randrange(12)] = rnd.randrange(20)
+            texts.append(" ".join(f"v{w}" for w in cur))
+    return texts
+
+
+SMALL = {"k": 2, "num_perm": 64, "num_bands": 32, "rows_per_band": 2}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.randoms(use_true_random=False), st.integers(1, 4))
+def test_random_chains_cluster_as_the_reference_does(rnd: random.Random, npartitions: int) -> None:
+    """Shingles of 2, threshold 0.5: graphs of many shapes (the reference's centred clusters differ from
+    its connected ones for most draws). The frame API on the synchronous scheduler, any partitioning
+    and input order, gives the reference's clusters."""
+    texts = _chains(rnd)
+    ids = [f"t{i:02d}" for i in range(len(texts))]
+    params = Params(shingle_size=2, threshold=0.5, num_perm=64, num_bands=32, rows_per_band=2)
+    want = ref_clusters(ids, texts, mode="centred", threshold=0.5, confirm="estimate", **SMALL)
+    order = list(range(len(texts)))
+    rnd.shuffle(order)
+    frame = pd.DataFrame({"id": [ids[i] for i in order], "text": [texts[i] for i in order]})
+    with dask.config.set(scheduler="sync"):
+        got = near_dedup_frame(dd.from_pandas(frame, npartitions=min(npartitions, len(frame))), params=params,
+                               drop=False, clusters="centred").compute()
+    assert dict(zip(got["id"], got["minhash_cluster"])) == {i: r for i, (r, _) in want.items()}
+
+
+def test_the_random_chains_make_centred_and_connected_differ() -> None:
+    """What keeps the test above from passing on connected clusters: most draws' clusters differ."""
+    differ = 0
+    for seed in range(20):
+        texts = _chains(random.Random(seed))
+        ids = [f"t{i:02d}" for i in range(len(texts))]
+        a, b = (ref_clusters(ids, texts, mode=m, threshold=0.5, confirm="estimate", **SMALL)
+                for m in ("centred", "connected"))
+        differ += {i: r for i, (r, _) in a.items()} != {i: r for i, (r, _) in b.items()}
+    assert differ >= 10
