@@ -163,8 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="choose bands x rows for a threshold and print the S-curve")
     t.add_argument("--threshold", type=float, required=True, help="target Jaccard similarity")
     t.add_argument("--num-perm", type=int, default=P.num_perm, help=f"permutations available (default: {P.num_perm})")
-    t.add_argument("--fp-weight", type=float, default=0.5, help="weight of false positives (default: 0.5)")
-    t.add_argument("--fn-weight", type=float, default=0.5, help="weight of false negatives (default: 0.5)")
+    t.add_argument("--fp-weight", type=float, default=None,
+                   help="with --fn-weight: recommend instead the banding minimising fp-weight x the area under the "
+                        "S-curve below the threshold + fn-weight x the area above it (datasketch's criterion)")
+    t.add_argument("--fn-weight", type=float, default=None, help="weight of false negatives (with --fp-weight)")
     t.add_argument("--num-bands", type=int, help="a banding of your own, printed next to the recommended one "
                                                  "(with --rows-per-band)")
     t.add_argument("--rows-per-band", type=int, help="rows per band of your own banding (with --num-bands)")
@@ -316,11 +318,21 @@ def _tune(args: argparse.Namespace) -> None:
     import numpy as np
 
     from dedup.config import check_banding
-    from dedup.core.lsh import optimal_params, probability
+    from dedup.core.lsh import RECALL_AT_THRESHOLD, optimal_params, probability, recall_banding
 
     size = Params.of(threshold=args.threshold, num_perm=args.num_perm, shingle_unit=args.shingle_unit,
                      shingle_size=args.shingle_size).shingle_size  # checked there
-    b, r = optimal_params(args.threshold, args.num_perm, args.fp_weight, args.fn_weight)
+    if (args.fp_weight is None) != (args.fn_weight is None):
+        raise UsageError("Give --fp-weight and --fn-weight together.")
+    if args.fp_weight is None:
+        b, r = recall_banding(args.threshold, args.num_perm)
+        why = (f"the most rows per band that still finds a pair at the threshold {RECALL_AT_THRESHOLD:.0%} of the "
+               "time: candidates are confirmed before anything merges, so a missed pair is lost while an extra "
+               "candidate only costs its scoring")
+    else:
+        b, r = optimal_params(args.threshold, args.num_perm, args.fp_weight, args.fn_weight)
+        why = (f"minimises {args.fp_weight} x the S-curve's area below the threshold + {args.fn_weight} x the area "
+               "above it; it may find pairs near the threshold far less often than the default")
     choices = [("recommended", b, r)]
     if (args.num_bands is None) != (args.rows_per_band is None):
         raise UsageError("Give --num-bands and --rows-per-band together.")
@@ -330,6 +342,7 @@ def _tune(args: argparse.Namespace) -> None:
     t = args.threshold
     print(f"similarity: Jaccard of the sets of {size}-{args.shingle_unit} shingles (--shingle-unit {args.shingle_unit} "
           f"--shingle-size {size})")
+    print(f"recommended: {why}")
     for name, nb, nr in choices:
         print(f"{name}: --num-bands {nb} --rows-per-band {nr}  (uses {nb * nr} of {args.num_perm} permutations; "
               f"50% point {(1 / nb) ** (1 / nr):.4f}; a pair at the threshold {t} is a candidate "

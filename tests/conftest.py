@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -125,3 +127,22 @@ def dask_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield sched_file
     finally:
         stop_processes(procs)
+
+
+def chromium(width: int = 1200, height: int = 2000) -> Any:
+    """A headless Chromium driven by Selenium, logging the console and the network (quit it after use)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    if not browser or not driver:
+        raise RuntimeError("the report tests need Chromium and chromedriver (`apt-get install chromium "
+                           "chromium-driver`; .ci/run installs them)")
+    opts = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                f"--window-size={width},{height}"):
+        opts.add_argument(arg)
+    opts.binary_location = browser
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    return webdriver.Chrome(service=Service(driver), options=opts)

@@ -121,3 +121,13 @@ def test_s_curve_matches_formula() -> None:
     assert chi2 < 34.53  # chi-square, 13 degrees of freedom, p = 0.001
     half = float(np.interp(0.5, rates, sims))
     assert abs(half - (1 / 16) ** (1 / 8)) < 0.05
+
+
+def test_recall_banding_keeps_a_pair_at_the_threshold_a_candidate_90_percent_of_the_time() -> None:
+    """The most rows per band with p(threshold) >= 0.9: 16 x 8 for 0.8 (the default), 21 x 6 for 0.7."""
+    from dedup.core.lsh import recall_banding
+
+    assert recall_banding(0.8, 128) == (16, 8) and recall_banding(0.7, 128) == (21, 6)
+    for t in (0.5, 0.75, 0.9, 0.95):
+        b, r = recall_banding(t, 128)
+        assert probability(t, b, r) >= 0.9 > probability(t, 128 // (r + 1), r + 1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from dedup import Params, estimate, jaccard, shingles, signatures
 from dedup.core.text import word_ngrams
 from dedup.job.pipeline import run
-from tests.conftest import DEDUP, write_shards
+from tests.conftest import DEDUP, chromium, write_shards
 
 
 @pytest.mark.parametrize(("confirm", "drop"), [("estimate", True), ("exact", False)])
@@ -107,22 +106,11 @@ def test_the_page_shows_the_largest_clusters_texts_as_the_input_holds_them(clien
         assert words == " ".join(_short(text_of[html.unescape(ident)]).split())
 
 
-def _chromium() -> tuple[str, str]:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    driver = shutil.which("chromedriver")
-    if not browser or not driver:
-        raise RuntimeError("the report test needs Chromium and chromedriver (`apt-get install chromium "
-                           "chromium-driver`; .ci/run installs them)")
-    return browser, driver
-
-
 def test_report_page_in_a_real_browser(dask_processes: Path, tmp_path: Path, corpus_frame: pd.DataFrame,
                                        protected_file: Path) -> None:
     """The page loads from a file with no console error and no network request, shows the manifest's
     counts, and renders (the screenshot is not blank)."""
     from PIL import Image
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     src = write_shards(corpus_frame, tmp_path / "in", 2)
@@ -131,13 +119,7 @@ def test_report_page_in_a_real_browser(dask_processes: Path, tmp_path: Path, cor
     assert res.returncode == 0, res.stderr
     m = json.loads((tmp_path / "out" / "_dedup.json").read_text())
     page = tmp_path / "out" / m["report"]
-    browser, driver = _chromium()
-    opts = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1200,2000"):
-        opts.add_argument(arg)
-    opts.binary_location = browser
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    d = webdriver.Chrome(service=Service(driver), options=opts)
+    d = chromium()
     try:
         d.get(page.as_uri())
         assert d.title.startswith("dedup report")

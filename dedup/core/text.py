@@ -72,6 +72,19 @@ def jaccard(a: AbstractSet[object], b: AbstractSet[object]) -> float:
     return inter / (len(a) + len(b) - inter)
 
 
+UNSPACED = re.compile("[\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
+                      "\u4e00-\u9fff\uf900-\ufaff]")
+"""Letters of scripts written without spaces between words: Thai, Lao, Tibetan, Myanmar, Khmer, the
+Japanese kana, and CJK ideographs (Chinese, Japanese kanji)."""
+
+
+def unspaced(text: str | None) -> bool:
+    """Whether most of a text's letters are of scripts written without spaces (`UNSPACED`): word
+    shingles would see its long runs of letters as single words."""
+    letters = sum(1 for c in text or "" if c.isalpha())
+    return letters > 0 and len(UNSPACED.findall(text or "")) > letters / 2
+
+
 def check_unit(unit: str) -> None:
     """Raise unless `unit` is one of SHINGLE_UNITS."""
     if unit not in SHINGLE_UNITS:

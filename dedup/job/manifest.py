@@ -44,8 +44,24 @@ def bucket_warning(buckets: int, max_bucket: int, largest: int) -> str | None:
             "by star edges, not all pairs.")
 
 
+CHAINED_WARN_SHARE = 0.05
+"""In connected clusters, a warning (suggesting `--clusters centred`) when more than this share of the
+near duplicates is below the threshold with the document kept in their place."""
+
+
+def chained_warning(report: Report, params: Params) -> str | None:
+    """The warning for connected clusters whose removed members are often far from their survivor."""
+    scored, below = report.survivor_scored, report.below_survivor
+    if report.clusters_mode != "connected" or not scored or below <= CHAINED_WARN_SHARE * scored:
+        return None
+    return (f"{below:,} of {scored:,} near duplicates ({100 * below / scored:.1f}%) are below the threshold "
+            f"{params.threshold} with the document kept in their place: chains of confirmed pairs joined them to it. "
+            "--clusters centred keeps every removed document within the threshold of its survivor.")
+
+
 def warnings_of(report: Report, params: Params) -> list[str]:
     """What a reader of the report must not miss."""
     found = [record_warning(r, report.input_rows) for r in report.contaminated_by_record]
     found.append(bucket_warning(report.approximated_buckets, params.max_bucket, report.largest_approximated_bucket))
+    found.append(chained_warning(report, params))
     return [w for w in found if w]

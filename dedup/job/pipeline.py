@@ -38,7 +38,7 @@ from dedup.job.contamination import contamination
 from dedup.job.features import feature_counts, features
 from dedup.job.graphs import persist
 from dedup.job.ids import check_unique_ids, conflict_counts, id_conflicts
-from dedup.job.manifest import versions, warnings_of
+from dedup.job.manifest import chained_warning, versions, warnings_of
 from dedup.job.plan import Plan, Report, Stage, prepare
 from dedup.job.roots import roots
 from dedup.job.routing import ID_ROW_BYTES, route
@@ -208,8 +208,10 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
                                       placed=placed, edge_rows=graph_edges, keep=keep, spill_dir=spill_dir,
                                       npartitions=npartitions)
                 report.clusters_mode = clusters
-                report.survivor_rounds, report.below_survivor = s.rounds, s.below
+                report.survivor_rounds, report.survivor_scored, report.below_survivor = s.rounds, s.scored, s.below
                 report.survivor_histogram = s.histogram
+                if warning := chained_warning(report, params):
+                    log.warning("%s", warning)
                 stage.summary = (f"{s.scored} members scored against their connected component's survivor, "
                                  f"{s.below} below {params.threshold:.3f}")
                 if clusters == "centred":

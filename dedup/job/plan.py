@@ -48,6 +48,8 @@ class Report:
     similarity_histogram: list[int] = field(default_factory=list)
     clusters_mode: str = "connected"
     survivor_rounds: int = 0
+    survivor_scored: int = 0
+    """This run's clustered documents scored against their connected component's survivor."""
     below_survivor: int = 0
     """This run's clustered documents below the threshold with their connected component's survivor."""
     survivor_histogram: list[int] = field(default_factory=list)
@@ -170,6 +172,23 @@ def _keep_by(spec: str, schema: pa.Schema, near: bool) -> tuple[str, str]:
     return column, way
 
 
+UNSPACED_WARN_SHARE = 0.5
+"""Under word shingles, a warning when more than this share of a sample of texts is of scripts
+written without spaces (`dedup.core.text.unspaced`)."""
+
+
+def _warn_unspaced(shards: Sequence[shards_mod.Shard], text_column: str) -> None:
+    """One line when the corpus looks mostly Chinese, Japanese, Thai or the like under word shingles."""
+    from dedup.core.text import unspaced
+
+    sample = shards_mod.sample_texts(shards, text_column)
+    hits = sum(map(unspaced, sample))
+    if sample and hits > UNSPACED_WARN_SHARE * len(sample):
+        log.warning("%d of %d sampled texts are mostly in scripts written without spaces (Chinese, Japanese, Thai, "
+                    "...): word shingles see each run of them as one word and miss their near duplicates; use "
+                    "--shingle-unit char", hits, len(sample))
+
+
 def fingerprint(shards: Sequence[shards_mod.Shard], params: Params, options: dict[str, Any],
                 protected: ProtectedNgrams | None, against: Sequence[IndexPart]) -> dict[str, Any]:
     """What a run's results depend on: dedup's version, the parameters and options, the protected
@@ -224,6 +243,8 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
     if cluster_size and shards_mod.SIZE_COLUMN in schema.names:
         raise UsageError(f"The input already has a {shards_mod.SIZE_COLUMN!r} column; rename or drop it first.")
     keep = _keep_by(keep_by, schema, near) if keep_by else None
+    if near and params.shingle_unit == "word":
+        _warn_unspaced(found, text_column)
     parts: list[IndexPart] = []
     if against:
         from dedup.storage import index

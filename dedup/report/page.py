@@ -102,6 +102,21 @@ def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
         ax2.set_ylabel("P(candidate)")
         fig.legend(loc="upper left", fontsize=8)
         out["similarity"] = _svg(fig)
+    to_survivor = manifest.get("survivor_histogram") or []
+    if sum(to_survivor):
+        fig, ax = plt.subplots(figsize=(7, 3.0))
+        edges = np.linspace(0.0, 1.0, len(to_survivor) + 1)
+        ax.bar(edges[:-1], to_survivor, width=np.diff(edges), align="edge", color="#72b7b2")
+        ax.axvline(p["threshold"], color="#e45756", linestyle="--")
+        ax.text(p["threshold"], 1.02, f" threshold {p['threshold']}", transform=ax.get_xaxis_transform(),
+                color="#e45756", fontsize=8)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("similarity to the document kept in its place (" +
+                      ("exact Jaccard" if p["confirm"] == "exact" else "MinHash estimate") + ")")
+        ax.set_ylabel("near duplicates")
+        ax.set_yscale("symlog")
+        _plain_counts(ax)
+        out["to_survivor"] = _svg(fig)
     if extras.cluster_sizes:
         fig, ax = plt.subplots(figsize=(7, 3.0))
         sizes = sorted(extras.cluster_sizes)
@@ -130,6 +145,22 @@ def _diff(a: str, b: str) -> tuple[str, str]:
 def _short(text: str | None) -> str:
     text = text or ""
     return text if len(text) <= DISPLAY_CHARS else text[:DISPLAY_CHARS] + " …"
+
+
+def _survivor_words(m: dict[str, Any]) -> str:
+    """What the histogram of similarities to the survivor says, for the cluster mode the run used."""
+    below, scored, threshold = m.get("below_threshold_to_survivor", 0), m["near_duplicates_found"], \
+        m["parameters"]["threshold"]
+    if m.get("cluster_mode") == "centred":
+        return (f"<p id='to-survivor'>Centred clusters: every near duplicate reaches the threshold {threshold} with "
+                f"its survivor. {below:,} documents were below it with their connected component's survivor and were "
+                f"clustered again among themselves ({m.get('survivor_rounds', 1) - 1} more round(s)).</p>")
+    share = 100 * below / max(scored, 1)
+    hint = " Run with <code>--clusters centred</code> to keep every removed document within the threshold of its " \
+        "survivor." if below else ""
+    return (f"<p id='to-survivor'>Connected clusters: {below:,} of {scored:,} near duplicates ({share:.1f}%) are below "
+            f"the threshold {threshold} with the document kept in their place; chains of confirmed pairs joined "
+            f"them to it.{hint}</p>")
 
 
 CSS = """
@@ -178,6 +209,9 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
                      f"{m['parameters'].get('shingle_unit', 'word')} shingle sets.</p>")
         if "similarity" in plots:
             parts.append("<h3>Similarity of the candidate pairs, and the banding's S-curve</h3>" + plots["similarity"])
+        if "to_survivor" in plots:
+            parts.append("<h3>How far each near duplicate is from the document kept in its place</h3>"
+                         + _survivor_words(m) + plots["to_survivor"])
         if "sizes" in plots:
             parts.append("<h3>Cluster sizes</h3>" + plots["sizes"])
         if extras.clusters:

@@ -5,9 +5,14 @@
 - `.json`: an array (records `[i]`) or an object (records `key K`), same string rule.
 - `.parquet`: each row a record (`row N`); its texts are the values of the string columns
   (string, large_string, lists of them) whose names are not label keys.
+- `.csv` / `.tsv`: each row a record (`row N`, from 0 after any header); its texts are its cells.
+  A first row of column names (`HEADER_CELL`: every cell a short name, none repeated) is a header:
+  not text, and the columns it names as label keys are skipped.
 - anything else given by name (`.txt`, `.md`, ...): the whole file is one record, `file`.
 - a directory: the files of the kinds above below it, recursively, sorted; any other file there
-  is named and refused; names starting with `.` or `_` are skipped.
+  is named and refused; names starting with `.` or `_` are skipped, and so are dataset cards
+  (`README.md` and the like, `DATASET_CARDS`), logged: they describe the evals, they are not
+  evals (name one to protect it).
 Compressed files (`.gz`, `.bz2`, `.xz`, `.zst`, ... as fsspec infers them) are read through their
 compression and judged by the suffix before it. Text is UTF-8 (a BOM is dropped) or, with a
 byte-order mark, UTF-16; anything else is refused naming the file and the byte offset.
@@ -15,9 +20,12 @@ byte-order mark, UTF-16; anything else is refused naming the file and the byte o
 
 from __future__ import annotations
 
+import csv
 import io
 import json
+import logging
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,9 +37,15 @@ from dedup.storage.safety import UsageError
 LABEL_KEYS = frozenset({"case_id", "id", "tags", "scorer_args"})
 """Keys (and Parquet columns) whose values are labels, not text a model is tested on."""
 
-RECORD_KINDS = (".jsonl", ".ndjson", ".json", ".parquet")
+log = logging.getLogger("dedup")
+
+RECORD_KINDS = (".jsonl", ".ndjson", ".json", ".parquet", ".csv", ".tsv")
 TEXT_KINDS = (".txt", ".text", ".md")
 """Suffixes accepted inside a protected directory (besides RECORD_KINDS)."""
+DATASET_CARDS = re.compile(r"(readme|dataset_card|datacard)(\.(md|txt|rst))?", re.IGNORECASE)
+"""File names skipped inside a protected directory: the cards that describe a dataset."""
+HEADER_CELL = re.compile(r"[A-Za-z_][\w .-]{0,63}")
+"""A cell of a CSV header row: a column name (starts with a letter or `_`, at most 64 characters)."""
 
 
 def strings(value: Any) -> Iterator[str]:
@@ -83,12 +97,20 @@ def files_of(path: str) -> list[str]:
         return [path]
     found: list[str] = []
     refused: list[str] = []
+    cards: list[str] = []
     for f in sorted(fs.find(root)):
         rel = f[len(root.rstrip("/")) + 1:]
         if any(part.startswith((".", "_")) for part in rel.split("/")):
             continue
         full = os.path.join(path, rel) if "://" not in path else f"{path.rstrip('/')}/{rel}"
+        if DATASET_CARDS.fullmatch(rel.rsplit("/", 1)[-1]):
+            cards.append(rel)
+            continue
         (found if _kind(f) in RECORD_KINDS + TEXT_KINDS else refused).append(full)
+    if cards:
+        log.info("protected directory %s: skipped %d dataset card(s) (%s): they describe the evals; name a file "
+                 "with --protected to protect it", path, len(cards), ", ".join(cards[:5]) + (", ..." if len(cards) > 5
+                                                                                            else ""))
     if refused:
         raise UsageError(f"Protected directory {path!r} holds files of no protected kind, e.g. {refused[:3]}; "
                          f"accepted: {', '.join(RECORD_KINDS + TEXT_KINDS)} (optionally compressed). "
@@ -105,7 +127,9 @@ def records(path: str) -> Iterator[tuple[str, list[str]]]:
         yield from _parquet_records(path)
         return
     text = decode(_read_bytes(path), path)
-    if kind in (".jsonl", ".ndjson"):
+    if kind in (".csv", ".tsv"):
+        yield from _csv_records(text, "\t" if kind == ".tsv" else ",", path)
+    elif kind in (".jsonl", ".ndjson"):
         for lineno, line in enumerate(io.StringIO(text), start=1):
             if not line.strip():
                 continue
@@ -130,6 +154,23 @@ def records(path: str) -> Iterator[tuple[str, list[str]]]:
             yield "file", list(strings(doc))
     else:
         yield "file", [text]
+
+
+def _csv_records(text: str, delimiter: str, path: str) -> Iterator[tuple[str, list[str]]]:
+    """The rows of a CSV (TSV) text as records: every cell, after a header row if it has one."""
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
+    except csv.Error as exc:
+        raise UsageError(f"Protected file {path}: not readable as {'TSV' if delimiter == chr(9) else 'CSV'} "
+                         f"({exc}).") from None
+    keep: list[int] | None = None
+    if rows and all(HEADER_CELL.fullmatch(c.strip()) for c in rows[0]) and \
+            len({c.strip().lower() for c in rows[0]}) == len(rows[0]):
+        keep = [i for i, c in enumerate(rows[0]) if c.strip().lower() not in LABEL_KEYS]
+        rows = rows[1:]
+    for i, row in enumerate(rows):
+        cells = row if keep is None else [row[j] for j in keep if j < len(row)]
+        yield f"row {i}", [c for c in cells if c]
 
 
 def _parquet_records(path: str) -> Iterator[tuple[str, list[str]]]:

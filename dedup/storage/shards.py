@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import os
 import posixpath
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -120,14 +121,21 @@ def discover(path: str) -> list[str]:
     raise UsageError(f"Input {path!r} does not exist.")
 
 
+HIVE_DIR = re.compile(r"[^/=]+=[^/]*")
+"""A Hive partition directory (`lang=en`): its name holds a column of the dataset for Hive-aware readers."""
+
+
 def output_names(files: Sequence[str]) -> list[str]:
-    """Each file's path relative to the deepest directory holding them all (its output name)."""
+    """Each file's path relative to the deepest directory holding them all that is not a Hive
+    partition directory (`HIVE_DIR`): its output name."""
     if not files:
         return []
     local = [f.split("://", 1)[-1] for f in files]
     dirs = [posixpath.dirname(f.replace(os.sep, "/")) for f in local]
     base = posixpath.commonpath(dirs) if all(d.startswith("/") for d in dirs) or not any(d.startswith("/") for d in dirs) \
         else ""
+    while HIVE_DIR.fullmatch(posixpath.basename(base)):  # a Hive partition directory stays in the names
+        base = posixpath.dirname(base)
     names = [posixpath.relpath(f.replace(os.sep, "/"), base or ".") for f in local]
     if len(set(names)) != len(names):
         raise UsageError("Two input files would have the same output name; give INPUT as one directory.")
@@ -360,6 +368,19 @@ def read_table(path: str, columns: list[str] | None = None, start: int = 0, stop
             if pos >= stop:
                 break
         return pa.Table.from_batches(kept, schema=schema)
+
+
+def sample_texts(shards: Sequence[Shard], text_column: str, files: int = 8, rows: int = 32) -> list[str | None]:
+    """The first `rows` texts of up to `files` input files spread over the input: a sample read in
+    a moment (one batch of one row group each), to judge the corpus before any work."""
+    picked = sorted({round(i * (len(shards) - 1) / max(files - 1, 1)) for i in range(min(files, len(shards)))})
+    out: list[str | None] = []
+    for i in picked:
+        with open_input(shards[i].path) as fh:
+            batch = next(pq.ParquetFile(fh).iter_batches(batch_size=rows, columns=[text_column]), None)
+        if batch is not None:
+            out += [t if isinstance(t, str) else None for t in batch.column(0).to_pylist()]
+    return out
 
 
 def read_rows(path: str, rows: Sequence[int], column: str) -> list[Any]:
