@@ -9,7 +9,7 @@ Two corpora, each run by `dedup run --n-workers 2` in a process of its own:
 2. a boilerplate-heavy corpus: `--docs // 2` §7 documents plus `--templates` license-like texts of
    300 words, each in `--copies` copies with a share of its words (drawn from 0 to 6%) replaced.
    Copies close to their template join copies far from it: chains, as in a corpus of license texts.
-Each corpus in three ways, interleaved, `--repeats` times (medians): connected clusters with
+Each corpus in three ways, interleaved, `--repeats` times (medians) after a warm-up run: connected clusters with
 `--no-report` (no survivor is scored), connected clusters with the report (every member scored
 against its survivor), and `--clusters centred`; the boilerplate corpus with each confirm mode.
 Printed: wall seconds, the survivors stage's seconds, the peak RSS of one worker, near duplicates
@@ -54,6 +54,7 @@ def templated(docs: int, templates: int, copies: int, seed: int = 3) -> pd.DataF
 
 def compare(label: str, src: Path, tmp: Path, workers: int, repeats: int, *extra: str) -> list[dict]:
     runs: dict[str, list[dict]] = {way: [] for way in WAYS}
+    run_cli(src, tmp / "out", workers, *extra)  # a warm-up, not counted: the first run pays for cold caches
     for _ in range(repeats):
         for way, flags in WAYS.items():
             with PeakRSS(children_only=True) as mem:
