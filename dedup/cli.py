@@ -38,7 +38,9 @@ P = Params()
 
 def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: bool = True) -> None:
     g = p.add_argument_group("columns")
-    g.add_argument("--id-column", default="id", help="column with unique document ids, strings or integers (default: id)")
+    g.add_argument("--id-column", default=None,
+                   help="column with unique document ids, strings or integers (default: id; without an id column, "
+                        "each document's position FILE#ROW is its id)")
     g.add_argument("--text-column", default="text", help="column with the document text (default: text)")
     if near:
         a = p.add_argument_group("near-dedup parameters (defaults of docs/contract.md)")
@@ -309,7 +311,11 @@ def _summary(m: dict[str, Any]) -> str:
     if m.get("index"):
         ix = m["index"]
         each = f", {ix['bytes_per_document']:.0f} bytes each" if ix["documents"] else ""
-        lines.append(f"index                 {m['output'].rstrip('/')}/{ix['path']}  ({ix['documents']:,} kept documents{each})")
+        share = f"; {100 * ix['bytes'] / m['output_bytes']:.0f}% of the shards' size" if m.get("output_bytes") else ""
+        lines.append(f"index                 {m['output'].rstrip('/')}/{ix['path']}  ({ix['documents']:,} kept documents{each}"
+                     f"{share})")
+        if not m.get("against"):
+            lines.append("                      for later runs with --against; --no-index leaves it out")
     return "\n".join(lines)
 
 

@@ -16,11 +16,13 @@ from dedup.job.routing import ROWS_META, route, row_count
 from dedup.partition import keyspace
 from dedup.partition.confirm import (
     GRAPH_META,
+    NEAR_META,
     ROUTED_META,
     SCORED_META,
     confirm_routes,
     graph_pairs,
     left_payload_meta,
+    nearest_threshold,
     pairs_with_left,
     score_at_right,
 )
@@ -36,14 +38,16 @@ class ConfirmCounts:
     same_text_pairs: int
     graph_edges: int
     similarity_histogram: list[int]
+    near_threshold: pd.DataFrame | None = None
+    """With `near_pairs`: the candidate pairs nearest the threshold on each side (`nearest_threshold`)."""
 
 SIMILARITY_BINS = 50
 """Bins of [0, 1] for the similarity histogram of candidate pairs (the report's plot)."""
 
 
 def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str, params: Params,
-            n_new: int | None = None, placement: keyspace.Placement = keyspace.OWN, edge_rows: int | None = None
-            ) -> tuple[dd.DataFrame, dd.DataFrame, ConfirmCounts]:
+            n_new: int | None = None, placement: keyspace.Placement = keyspace.OWN, edge_rows: int | None = None,
+            near_pairs: int = 0) -> tuple[dd.DataFrame, dd.DataFrame, ConfirmCounts]:
     """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
     document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
     then to its right document's, where it is scored. Same-text edges of buckets travel the same
@@ -53,7 +57,8 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     come from them), and counts with a histogram of every candidate's similarity. Partitions from
     `n_new` on are earlier indexes' documents (never paired with each other), placed by `placement`.
     `edge_rows`: the bucket edges' rows (`buckets` counts them), which bound both hops' rows: small
-    ones take `route_small`."""
+    ones take `route_small`. `near_pairs`: also find that many candidate pairs nearest the threshold
+    on each side, in the same round trip as the counts (the page's)."""
     n_new = feat.npartitions if n_new is None else n_new
     routes = edges.map_partitions(confirm_routes, meta=ROUTED_META)
     scored = persist(score_pairs(routes, feat, texts, text_column=text_column, params=params, placement=placement,
@@ -61,14 +66,24 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     graph = persist(dd.map_partitions(graph_pairs, scored, feat, n_new, meta=GRAPH_META,
                                       align_dataframes=False))
     column = "jaccard" if params.confirm == "exact" else "estimate"
-    (c, s) = compute(scored.map_partitions(_tally, column, meta={"candidates": "int64", "confirmed": "int64",
-                                                                 "same": "int64", "hist": object}),
-                     graph.map_partitions(row_count, meta=ROWS_META))
+    lazy = [scored.map_partitions(_tally, column, meta={"candidates": "int64", "confirmed": "int64",
+                                                        "same": "int64", "hist": object}),
+            graph.map_partitions(row_count, meta=ROWS_META)]
+    if near_pairs:
+        lazy.append(scored.map_partitions(nearest_threshold, column, params.threshold, near_pairs, n_new,
+                                          meta=NEAR_META))
+    (c, s, *near) = compute(*lazy)
+    nearest = None
+    if near:
+        nearest = near[0].sort_values(["distance", "left", "right"], kind="stable").groupby(
+            "confirmed", sort=True).head(near_pairs).sort_values(["confirmed", "distance", "left", "right"],
+                                                                 ascending=[False, True, True, True], kind="stable")
     hist = np.sum(np.stack(c["hist"].to_list()), axis=0) if len(c) else np.zeros(SIMILARITY_BINS, np.int64)
     confirmed, edges_total = int(c["confirmed"].sum()), int(s["n"].sum())
     counts = ConfirmCounts(candidate_pairs=int(c["candidates"].sum()), confirmed_pairs=confirmed,
                            same_text_pairs=edges_total - confirmed, graph_edges=edges_total,
-                           similarity_histogram=[int(x) for x in hist])
+                           similarity_histogram=[int(x) for x in hist],
+                           near_threshold=nearest.reset_index(drop=True) if nearest is not None else None)
     return graph, scored, counts
 
 

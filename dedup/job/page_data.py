@@ -16,6 +16,7 @@ from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
 from dedup.job.compute import active_client, compute
 from dedup.partition import keyspace
+from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD
 from dedup.report import page as report_page
 from dedup.storage import shards as shards_mod
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 
 TOP_CLUSTERS, MEMBERS_SHOWN = 5, 3
+NEAR_PAIRS = 3
+"""Candidate pairs shown on each side of the threshold (the nearest)."""
 
 
 def largest(per_root: pd.Series) -> list[tuple[int, Any]]:
@@ -39,14 +42,23 @@ CLUSTERS_META = {"kind": object, "size": "int64", "count": "int64", "root": obje
 def cluster_summary(d: pd.DataFrame) -> pd.DataFrame:
     """Per partition of (doc, root, _id) by component, in one frame: how many clusters of each size
     (kind "size": size, count), its largest clusters (kind "top": size, root; the largest overall
-    are among the largest of some partition), and their first members by id (kind "member": root,
-    doc, _id). One task a partition, one count of members per root."""
+    are among the largest of some partition), and their root and first members (kind "member":
+    root, doc, _id): the farthest from the root first (`SURVIVOR_JACCARD`, else `SURVIVOR_ESTIMATE`,
+    when the rows carry them: different texts before copies), then by id. One task a partition,
+    one count of members per root."""
     per_root = d.groupby("root").size()
     vc = per_root.value_counts()
     best = largest(per_root)
     tops = [r for _, r in best]
     m = d[d["root"].isin(tops)]
-    m = m.assign(_k=m["_id"].astype(object)).sort_values(["root", "_k"], kind="stable") if len(m) else m
+    if len(m):
+        far = np.zeros(len(m))
+        if SURVIVOR_ESTIMATE in m.columns:
+            j = m[SURVIVOR_JACCARD].to_numpy(np.float64)
+            far = np.where(np.isnan(j), m[SURVIVOR_ESTIMATE].to_numpy(np.float64), j)
+        far = np.where(m["_id"].astype(object).to_numpy() == m["root"].astype(object).to_numpy(), -1.0,
+                       np.nan_to_num(far, nan=2.0))  # the root first, then the farthest
+        m = m.assign(_k=m["_id"].astype(object), _far=far).sort_values(["root", "_far", "_k"], kind="stable")
     m = m.groupby("root", sort=False).head(MEMBERS_SHOWN + 1)
     n_sizes, n_top, n_members = len(vc), len(best), len(m)
     return pd.DataFrame({
@@ -85,6 +97,8 @@ class PageDocuments:
     members: pd.DataFrame | None
     examples: pd.DataFrame | None
     keys: NDArray[np.int64]
+    near_pairs: pd.DataFrame | None = None
+    """The candidate pairs nearest the threshold, with their documents' ids (left_id, right_id)."""
 
     def rows_by_partition(self) -> dict[int, list[int]]:
         """Partition -> the rows inside it of `keys` (the few documents each write task reads out)."""
@@ -113,9 +127,33 @@ def page_documents(decided: Decisions) -> PageDocuments:
     if examples is not None:
         examples = examples.assign(_k=examples["_id"].astype(object)).sort_values(["source", "_k"]).drop_duplicates("source")
         wanted += examples["doc"].astype(np.int64).tolist()
+    near = decided.near_pairs
+    if near is not None and len(near):
+        wanted += near["left"].astype(np.int64).tolist() + near["right"].astype(np.int64).tolist()
+        ids = ids_of(decided.feat, np.unique(np.r_[near["left"].to_numpy(np.int64), near["right"].to_numpy(np.int64)]))
+        near = near.assign(left_id=[ids[k] for k in near["left"].tolist()],
+                           right_id=[ids[k] for k in near["right"].tolist()])
     keys = np.unique(np.asarray(wanted, dtype=np.int64))
     # an earlier output's documents (--against) are not read again
-    return PageDocuments(sizes, tops, members, examples, keys[keyspace.key_partition(keys) < decided.feat.npartitions])
+    return PageDocuments(sizes, tops, members, examples, keys[keyspace.key_partition(keys) < decided.feat.npartitions],
+                         near)
+
+
+def ids_of(feat: Any, keys: NDArray[np.int64]) -> dict[int, Any]:
+    """The ids of a few documents (keys of this run's), read from the persisted features: a task for
+    each partition holding some."""
+    import dask
+
+    parts = keyspace.key_partition(keys)
+    wanted = sorted(set(parts.tolist()))
+    got = compute(*[dask.delayed(_ids_at)(feat.partitions[p], keys[parts == p]) for p in wanted])
+    return {int(k): i for found in got for k, i in found}
+
+
+def _ids_at(part: pd.DataFrame, keys: NDArray[np.int64]) -> list[tuple[int, Any]]:
+    from dedup.partition.rows import rows_of
+
+    return list(zip(keys.tolist(), part["_id"].to_numpy()[rows_of(part, keys)].tolist()))
 
 
 def read_texts(keys: NDArray[np.int64], locate: Callable[[int], tuple[str, int]], text_column: str) -> dict[int, str]:
@@ -160,8 +198,15 @@ def report_extras(shown: PageDocuments, text_of: dict[int, Any], params: Params,
                   else member_scores(pairs, params))
         for (view, ident, t), (est, jac) in zip(listed, scores):
             view.members.append({"id": ident, "text": t, "estimate": est, "jaccard": jac})
+    if shown.near_pairs is not None:
+        for row in shown.near_pairs.itertuples(index=False):
+            extras.near_pairs.append({
+                "side": "merged" if row.confirmed else "not merged", "left_id": row.left_id, "right_id": row.right_id,
+                "left_text": text_of.get(int(row.left), "") or "", "right_text": text_of.get(int(row.right), "") or "",
+                "estimate": float(row.estimate), "jaccard": float(row.jaccard)})
     if shown.examples is not None and protected is not None:
         for rec, doc in zip(shown.examples["source"].astype(int), shown.examples["doc"].astype(np.int64)):
             key = (protected.files[protected.record_file[rec]], protected.record_labels[rec])
-            extras.record_examples[key] = text_of.get(int(doc), "") or ""
+            ident = shown.examples["_id"][shown.examples["doc"].astype(np.int64) == doc].iloc[0]
+            extras.record_examples[key] = (ident, text_of.get(int(doc), "") or "")
     return extras

@@ -71,6 +71,8 @@ class Decisions:
     """For the report: cluster sizes, the largest clusters and their first members (`page_data.cluster_summary`)."""
     examples: pd.DataFrame | None = None
     """For the report: (source, doc, _id), a contaminated document per protected record and partition."""
+    near_pairs: pd.DataFrame | None = None
+    """For the report: the candidate pairs nearest the threshold (`dedup.partition.confirm.NEAR_META`)."""
 
 
 def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:
@@ -170,17 +172,21 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
     if (saved := kept.reused("confirm")) is not None:
         graph, scored, graph_edges = kept.frame("confirm", "graph"), kept.frame("confirm", "scored"), saved["graph_edges"]
+        near_pairs = kept.table("confirm", "near")
     else:
         with Stage(report, "confirm", kept) as stage:
             graph, scored, conf = confirm(edges, feat_all, texts, text_column=text_column, params=params,
-                                          n_new=feat.npartitions, placement=placement, edge_rows=edge_rows)
+                                          n_new=feat.npartitions, placement=placement, edge_rows=edge_rows,
+                                          near_pairs=page_data.NEAR_PAIRS if details else 0)
+            near_pairs = conf.near_threshold
             report.similarity_histogram = conf.similarity_histogram
             report.candidate_pairs, report.confirmed_pairs = conf.candidate_pairs, conf.confirmed_pairs
             report.same_text_pairs = conf.same_text_pairs
             graph_edges = conf.graph_edges
             stage.summary = (f"{report.confirmed_pairs} of {report.candidate_pairs} candidate pairs reach "
                              f"{params.threshold:.3f} ({params.confirm}), {report.same_text_pairs} same-text pairs")
-            stage.keep({"graph_edges": graph_edges}, frames={"graph": graph, "scored": scored})
+            stage.keep({"graph_edges": graph_edges}, frames={"graph": graph, "scored": scored},
+                       tables={"near": near_pairs})
     if (saved := kept.reused("components")) is not None:
         labels, mode = kept.frame("components", "labels"), saved["mode"]
     else:
@@ -236,7 +242,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             if layout is not None:
                 stage.summary += f", {report.near_duplicates_of_indexed} of them of earlier outputs' documents"
             stage.keep(frames={"roots": root_rows}, tables={"summary": summary})
-    return Decisions(feat, root_rows, root_rows if details else None, summary, examples)
+    return Decisions(feat, root_rows, root_rows if details else None, summary, examples, near_pairs)
 
 
 def _features_stage(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
@@ -290,6 +296,11 @@ def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sampl
             where = " (" + ", ".join(f"{shown_repr(i)} in {f} row {r}" for i, (f, r) in
                                      zip(sample["_id"], (locate(int(k)) for k in sample["doc"]))) + ")"
         named = ", ".join(shown_repr(str(i)) for i in sample["_id"].head(5))
+        if id_column == shards_mod.POSITION_ID:
+            raise ValueError(f"{count} document(s) have the position of a document an earlier run given with --against "
+                             f"read, e.g. [{named}]: without an id column a document's id is FILE#ROW, and it repeats "
+                             "when files keep their names from one run to the next. Give this run's files names of "
+                             "their own, or name a column of ids with --id-column. Nothing was written.")
         raise ValueError(f"{count} document id(s) in column {id_column!r} were already read by an earlier run given "
                          f"with --against, e.g. [{named}]{where}. Pass "
                          "--skip-existing to leave them out, or give them new ids. Nothing was written.")
@@ -390,6 +401,7 @@ def execute(plan: Plan) -> dict[str, Any]:
         for name in (STAGES_DIR, RESUME):  # what a resumed run would need: never part of OUTPUT
             plan.staging.remove(name)
         output_rows = _accounted_rows(plan)
+        plan.report.output_bytes = plan.staging.data_bytes() if plan.shards else 0
         plan.report.seconds["total"] = round(time.perf_counter() - plan.start, 3)
         manifest = build_manifest(plan, output_rows)
         if plan.write_report:
@@ -414,7 +426,7 @@ def _write(plan: Plan) -> report_page.Extras:
     the removed list into the staging directory; the page's summaries."""
     report, params, staging = plan.report, plan.params, plan.staging
     groups = plan.groups
-    id_type = plan.schema.field(plan.id_column).type
+    id_type = shards_mod.id_type_of(plan.schema, plan.id_column)
     meta = pd.DataFrame({plan.id_column: pd.Series(dtype=np.int64 if pa.types.is_integer(id_type) else object),
                          plan.text_column: pd.Series(dtype=TEXT_DTYPE)})
     keep = None
@@ -572,6 +584,7 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
         "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,
         "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
         "skipped_existing": report.skipped_existing,
+        "output_bytes": report.output_bytes,
         "index": ({"path": index.INDEX_DIR, "documents": report.index_documents,
                    "near_duplicates": report.index_near_duplicates, "bytes": report.index_bytes,
                    "bytes_per_document": round(report.index_bytes / max(1, report.index_documents), 1)}
@@ -622,7 +635,8 @@ def _commit(plan: Plan, output_rows: int) -> None:
         log.warning("interrupt received after OUTPUT was replaced: %s holds the complete new output", plan.output)
 
 
-def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
+def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True,
+        id_column: str | None = None,
         text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
         components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
         partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,

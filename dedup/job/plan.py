@@ -62,6 +62,8 @@ class Report:
     index_near_duplicates: int = 0
     bucket_partitions: int = 0
     id_partitions: int = 0
+    output_bytes: int = 0
+    """The bytes of the shards written (what a dataset reader of OUTPUT reads; no index, no report)."""
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -203,7 +205,8 @@ def fingerprint(shards: Sequence[shards_mod.Shard], params: Params, options: dic
             "input": {s.name: v for s, v in zip(shards, file_versions([s.path for s in shards]))}}
 
 
-def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True, id_column: str = "id",
+def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True,
+            id_column: str | None = None,
             text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
             components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
             partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
@@ -213,6 +216,7 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
     """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right.
 
     against: earlier OUTPUTs whose indexes this run's documents are compared with (near-dedup only).
+    `id_column` None: the `id` column, or without one each document's position (`shards.position_id`).
     An interrupted run on the same OUTPUT with the same fingerprint (`fingerprint`) is resumed from
     the stages it finished (`dedup.job.checkpoints`), unless `restart`."""
     start = time.perf_counter()
@@ -237,6 +241,11 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
                  protected=prot_paths, overwrite=overwrite, dry_run=dry_run)
     found = shards_mod.read_footers(files)
     schema = shards_mod.unify(found)
+    if id_column is None:  # not named: the `id` column, else each document's position
+        id_column = "id" if "id" in schema.names or not found else shards_mod.POSITION_ID
+        if id_column == shards_mod.POSITION_ID:
+            log.info("the input has no 'id' column: each document's id is its position, FILE#ROW (e.g. %s); "
+                     "--id-column names a column of ids", shards_mod.position_id(found[0].name, 0))
     shards_mod.check_columns(found, schema, id_column, text_column)
     if cluster_size and not near:
         raise UsageError("--cluster-size counts near duplicates; it needs `run` or `near`, not `decontaminate`.")
@@ -249,8 +258,7 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
     if against:
         from dedup.storage import index
 
-        id_type = schema.field(id_column).type
-        parts = index.load(list(against), params, id_type.value_type if pa.types.is_dictionary(id_type) else id_type)
+        parts = index.load(list(against), params, shards_mod.id_type_of(schema, id_column))
     prot = None
     if prot_paths:
         from dedup.core.decontam import ProtectedNgrams

@@ -190,6 +190,5 @@ def write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.Data
 
 
 def cluster_type(schema: pa.Schema, id_column: str) -> pa.DataType:
-    """The type of `minhash_cluster`: the id column's (its value type when dictionary-encoded)."""
-    t = schema.field(id_column).type
-    return t.value_type if pa.types.is_dictionary(t) else t
+    """The type of `minhash_cluster`: the ids' (`dedup.storage.shards.id_type_of`)."""
+    return shards_mod.id_type_of(schema, id_column)

@@ -82,6 +82,29 @@ def graph_pairs(scored: pd.DataFrame, feat: pd.DataFrame, n_new: int,
     return concat_rows([confirmed, same_text_edges(feat)])
 
 
+NEAR_META = pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
+                          "estimate": pd.Series(dtype=np.float32), "jaccard": pd.Series(dtype=np.float32),
+                          "confirmed": pd.Series(dtype=bool), "distance": pd.Series(dtype=np.float64)})
+
+
+def nearest_threshold(scored: pd.DataFrame, column: str, threshold: float, k: int, n_new: int | None = None
+                      ) -> pd.DataFrame:
+    """The `k` scored candidate pairs (not same-text) nearest the threshold by `column` on each side
+    (confirmed, and not), of this run's documents only (keys in partitions below `n_new`), the
+    nearest first, ties by keys: the page's pairs to tune by (`NEAR_META`)."""
+    from dedup.partition.keyspace import key_partition
+
+    cand = scored[~scored["same"].to_numpy(bool)]
+    if n_new is not None and len(cand):
+        own = (key_partition(cand["left"].to_numpy(np.int64)) < n_new) & \
+            (key_partition(cand["right"].to_numpy(np.int64)) < n_new)
+        cand = cand[own]
+    distance = np.abs(cand[column].to_numpy(np.float64) - threshold)
+    cand = cand.assign(distance=distance).sort_values(["distance", "left", "right"], kind="stable")
+    out = cand.groupby("confirmed", sort=True).head(k)
+    return out[list(NEAR_META.columns)].reset_index(drop=True)
+
+
 def shingle_sets(texts: list[str | None], shingle_size: int,
                  unit: str = "word") -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
     """Each text's distinct shingles as sorted FNV-1a 64 hashes: (values, offsets [n + 1]).

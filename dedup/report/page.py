@@ -9,21 +9,25 @@ object store.
 
 from __future__ import annotations
 
-import html
+import difflib
 import io
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from markupsafe import Markup, escape
 
 from dedup.core.lsh import probability
 from dedup.report.shown import shorten
 
 log = logging.getLogger("dedup")
 
-DISPLAY_CHARS = 1200
-"""Characters of a document shown in the report."""
+EXCERPT_WORDS, EXCERPT_LEAD = 160, 25
+"""Words of a document shown beside another: from EXCERPT_LEAD words before where the two first differ."""
+MATCH_CHARS = 300
+"""Characters shown on each side of a protected n-gram in a contaminated document."""
 
 
 @dataclass
@@ -42,17 +46,21 @@ class Extras:
 
     cluster_sizes: dict[int, int] = field(default_factory=dict)
     clusters: list[ClusterView] = field(default_factory=list)
-    record_examples: dict[tuple[str, str], str] = field(default_factory=dict)
+    record_examples: dict[tuple[str, str], tuple[Any, str]] = field(default_factory=dict)
+    """(file, record) -> (id, text) of a document the record's n-grams removed."""
+    near_pairs: list[dict[str, Any]] = field(default_factory=list)
+    """Candidate pairs nearest the threshold: side ("merged"/"not merged"), ids, texts, similarities."""
 
 
-def _svg(fig: Any) -> str:
+def _svg(fig: Any) -> Markup:
+    """The figure as inline SVG markup (matplotlib's own, trusted: not escaped)."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
     import matplotlib.pyplot as plt
 
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return Markup(text[text.index("<svg"):])
 
 
 def _plain_counts(ax: Any) -> None:
@@ -78,9 +86,9 @@ def plotting() -> Any:
     return plt
 
 
-def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
+def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, Markup]:
     plt = plotting()
-    out: dict[str, str] = {}
+    out: dict[str, Markup] = {}
     p = manifest["parameters"]
     hist = manifest.get("similarity_histogram") or []
     if hist:
@@ -92,6 +100,7 @@ def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
         ax.set_xlabel("similarity (" + ("exact Jaccard" if p["confirm"] == "exact" else "MinHash estimate") +
                       f", {unit})")
         ax.set_ylabel("candidate pairs")
+        ax.set_xlim(0, 1)
         ax.set_yscale("symlog")
         _plain_counts(ax)
         ax2 = ax.twinx()
@@ -100,7 +109,8 @@ def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
                  label=f"P(candidate), {p['num_bands']} x {p['rows_per_band']}")
         ax2.set_ylim(0, 1.05)
         ax2.set_ylabel("P(candidate)")
-        fig.legend(loc="upper left", fontsize=8)
+        # below the axes, off the data
+        fig.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False)
         out["similarity"] = _svg(fig)
     to_survivor = manifest.get("survivor_histogram") or []
     if sum(to_survivor):
@@ -118,33 +128,89 @@ def _plots(manifest: dict[str, Any], extras: Extras) -> dict[str, str]:
         _plain_counts(ax)
         out["to_survivor"] = _svg(fig)
     if extras.cluster_sizes:
-        fig, ax = plt.subplots(figsize=(7, 3.0))
-        sizes = sorted(extras.cluster_sizes)
-        ax.bar(range(len(sizes)), [extras.cluster_sizes[x] for x in sizes], color="#f58518")
-        ax.set_xlabel("cluster size (documents)")
-        ax.set_ylabel("clusters")
-        ax.set_yscale("log")
-        _plain_counts(ax)
-        ticks = list(range(0, len(sizes), max(1, len(sizes) // 20)))
-        ax.set_xticks(ticks, [str(sizes[i]) for i in ticks])
-        out["sizes"] = _svg(fig)
+        out["sizes"] = _sizes_plot(plt, extras.cluster_sizes)
     return out
 
 
-def _diff(a: str, b: str) -> tuple[str, str]:
-    """The two texts as HTML, words the other lacks highlighted."""
-    wa, wb = a.split(), b.split()
-    sa, sb = {w.lower() for w in wb}, {w.lower() for w in wa}
+def size_bins(sizes: dict[int, int]) -> list[tuple[str, int]]:
+    """Clusters counted in bins of sizes doubling from 2 (2, 3-4, 5-8, ...), labelled; empty bins
+    between the smallest and the largest kept, so the axis is a log scale of size."""
+    if not sizes:
+        return []
+    top = max(sizes)
+    bins: list[tuple[str, int]] = []
+    lo = 2
+    while lo <= top:
+        hi = 2 * lo - 2 if lo > 2 else 2
+        label = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+        bins.append((label, sum(n for k, n in sizes.items() if lo <= k <= hi)))
+        lo = hi + 1
+    return bins
 
-    def mark(words: list[str], other: set[str]) -> str:
-        return " ".join(f"<mark>{html.escape(w)}</mark>" if w.lower() not in other else html.escape(w) for w in words)
 
-    return mark(wa, sa), mark(wb, sb)
+def _sizes_plot(plt: Any, sizes: dict[int, int]) -> Markup:
+    bins = size_bins(sizes)
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ax.bar(range(len(bins)), [n for _, n in bins], color="#f58518")
+    ax.set_xticks(range(len(bins)), [label for label, _ in bins], rotation=45, ha="right", fontsize=8)
+    ax.set_xlabel("cluster size (documents), bins doubling")
+    ax.set_ylabel("clusters")
+    ax.set_yscale("symlog")
+    _plain_counts(ax)
+    top = max(sizes)
+    ax.annotate(f"largest: {top:,}", xy=(len(bins) - 1, sizes[top]), xytext=(0, 14), textcoords="offset points",
+                ha="right", fontsize=8, arrowprops={"arrowstyle": "-", "color": "#666"})
+    return _svg(fig)
 
 
-def _short(text: str | None) -> str:
-    text = text or ""
-    return text if len(text) <= DISPLAY_CHARS else text[:DISPLAY_CHARS] + " …"
+@dataclass
+class Excerpt:
+    """Words of a text to show, each marked when it differs from the other text; cut before or after."""
+
+    words: list[tuple[str, bool]]
+    cut_before: bool = False
+    cut_after: bool = False
+
+
+def diff_excerpts(a: str, b: str, words: int = EXCERPT_WORDS, lead: int = EXCERPT_LEAD) -> tuple[Excerpt, Excerpt]:
+    """Both texts from a little before where they first differ, the words that differ marked."""
+    wa, wb = (a or "").split(), (b or "").split()
+    la, lb = [w.lower() for w in wa[:5000]], [w.lower() for w in wb[:5000]]
+    ma, mb = np.zeros(len(wa), bool), np.zeros(len(wb), bool)
+    first_a = first_b = None
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        ma[i1:i2], mb[j1:j2] = True, True
+        if first_a is None:
+            first_a, first_b = i1, j1
+    sa = max(0, (first_a or 0) - lead)
+    sb = max(0, (first_b or 0) - lead)
+    return (Excerpt([(w, bool(m)) for w, m in zip(wa[sa:sa + words], ma[sa:sa + words])], sa > 0, sa + words < len(wa)),
+            Excerpt([(w, bool(m)) for w, m in zip(wb[sb:sb + words], mb[sb:sb + words])], sb > 0, sb + words < len(wb)))
+
+
+def match_excerpt(text: str, ngram: str, chars: int = MATCH_CHARS) -> dict[str, str] | None:
+    """The passage of `text` around the first place its words are the n-gram's (before, match, after)."""
+    gram = ngram.lower().split()
+    spans = [(m.start(), m.end(), m.group().lower()) for m in re.finditer(r"\w+", text or "")]
+    words = [w for _, _, w in spans]
+    for i in range(len(words) - len(gram) + 1):
+        if words[i:i + len(gram)] == gram:
+            start, end = spans[i][0], spans[i + len(gram) - 1][1]
+            lo, hi = max(0, start - chars), min(len(text), end + chars)
+            return {"before": ("… " if lo else "") + text[lo:start], "match": text[start:end],
+                    "after": text[end:hi] + (" …" if hi < len(text) else "")}
+    return None
+
+
+def _excerpt_html(e: Excerpt) -> Markup:
+    words = " ".join(f"<mark>{escape(w)}</mark>" if marked else str(escape(w)) for w, marked in e.words)
+    return Markup(("… " if e.cut_before else "") + words + (" …" if e.cut_after else ""))
+
+
+def _similarity(estimate: float, jaccard: float) -> str:
+    return f"estimate {estimate:.3f}" + (f", exact Jaccard {jaccard:.3f}" if jaccard == jaccard else "")
 
 
 def _survivor_words(m: dict[str, Any]) -> str:
@@ -152,15 +218,14 @@ def _survivor_words(m: dict[str, Any]) -> str:
     below, scored, threshold = m.get("below_threshold_to_survivor", 0), m["near_duplicates_found"], \
         m["parameters"]["threshold"]
     if m.get("cluster_mode") == "centred":
-        return (f"<p id='to-survivor'>Centred clusters: every near duplicate reaches the threshold {threshold} with "
-                f"its survivor. {below:,} documents were below it with their connected component's survivor and were "
-                f"clustered again among themselves ({m.get('survivor_rounds', 1) - 1} more round(s)).</p>")
+        return (f"Centred clusters: every near duplicate reaches the threshold {threshold} with its survivor. "
+                f"{below:,} documents were below it with their connected component's survivor and were clustered "
+                f"again among themselves ({m.get('survivor_rounds', 1) - 1} more round(s)).")
     share = 100 * below / max(scored, 1)
-    hint = " Run with <code>--clusters centred</code> to keep every removed document within the threshold of its " \
-        "survivor." if below else ""
-    return (f"<p id='to-survivor'>Connected clusters: {below:,} of {scored:,} near duplicates ({share:.1f}%) are below "
-            f"the threshold {threshold} with the document kept in their place; chains of confirmed pairs joined "
-            f"them to it.{hint}</p>")
+    hint = " Run with --clusters centred to keep every removed document within the threshold of its survivor." \
+        if below else ""
+    return (f"Connected clusters: {below:,} of {scored:,} near duplicates ({share:.1f}%) are below the threshold "
+            f"{threshold} with the document kept in their place; chains of confirmed pairs joined them to it.{hint}")
 
 
 CSS = """
@@ -170,80 +235,57 @@ table{border-collapse:collapse;margin:.5rem 0} td,th{border:1px solid #ddd;paddi
 td.n{text-align:right;font-variant-numeric:tabular-nums}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:.8rem;margin:.6rem 0 1.2rem}
 .doc{background:#f7f7f7;border:1px solid #e3e3e3;padding:.5rem;font-size:.85rem;white-space:pre-wrap;overflow-wrap:anywhere}
+.doc-id{font-size:.8rem;color:#555;margin-bottom:.2rem}
 mark{background:#ffe08a} .warn{background:#fff1f0;border:1px solid #e45756;padding:.6rem;margin:.6rem 0}
 code{background:#f2f2f2;padding:0 .2rem} td,th,h4,p{overflow-wrap:anywhere} svg{max-width:100%;height:auto}
 """
 
+RECORDS_SHOWN = 25
+
+
+def _template() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("dedup.report", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.get_template("page.html.j2")
+
 
 def render(manifest: dict[str, Any], extras: Extras) -> str:
-    """The page, as one HTML string."""
+    """The page, as one HTML string (`templates/page.html.j2`, every value escaped by Jinja2)."""
     m = manifest
-    e = html.escape
-    plots = _plots(m, extras)
     total = m["input_rows"] or 1
-    rows = [("input rows", m["input_rows"]), ("contaminated, dropped", m["contaminated_dropped"]),
-            ("near duplicates found", m["near_duplicates_found"]),
-            ("near duplicates dropped", m["near_duplicates_dropped"]),
-            *([("skipped, id already indexed", m["skipped_existing"])] if m.get("skipped_existing") else []),
-            ("output rows", m["output_rows"])]
-    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>dedup report: {e(str(m['output']))}</title>"
-             f"<style>{CSS}</style></head><body>",
-             f"<h1>What dedup removed, and why</h1><p>Input <code>{e(str(m['input']))}</code> ({m['input_files']:,} "
-             f"files) → output <code>{e(str(m['output']))}</code>{' (dry run: no shards written)' if m.get('dry_run') else ''}. "
-             "Every removed document is listed, with its reason, in <code>_report/removed.parquet</code>.</p>",
-             "<h2>Counts</h2><table id='counts'>"]
-    for name, value in rows:
-        parts.append(f"<tr><th>{name}</th><td class='n' data-key='{e(name)}'>{value:,}</td>"
-                     f"<td class='n'>{100 * value / total:.1f}%</td></tr>")
     skipped = m.get("skipped_existing") or 0
-    parts.append(f"</table><p>{m['input_rows']:,} = {m['output_rows']:,} + {m['near_duplicates_dropped']:,} + "
-                 f"{m['contaminated_dropped']:,}{f' + {skipped:,}' if skipped else ''} (output + near duplicates dropped + "
-                 f"contaminated{' + skipped' if skipped else ''}).</p>")
-    for w in m.get("warnings", []):
-        parts.append(f"<div class='warn'>{e(w)}</div>")
-    if m.get("near_dedup"):
-        parts.append(f"<h2>Near duplicates</h2><p>{m['clusters']:,} clusters of two or more documents; the largest has "
-                     f"{m['largest_cluster']:,}. {m['candidate_pairs']:,} candidate pairs, {m['confirmed_pairs']:,} "
-                     f"confirmed ({m['parameters']['confirm']}), {m['same_text_pairs']:,} pairs of identical texts. "
-                     f"Similarity is the Jaccard of {m['parameters']['shingle_size']}-"
-                     f"{m['parameters'].get('shingle_unit', 'word')} shingle sets.</p>")
-        if "similarity" in plots:
-            parts.append("<h3>Similarity of the candidate pairs, and the banding's S-curve</h3>" + plots["similarity"])
-        if "to_survivor" in plots:
-            parts.append("<h3>How far each near duplicate is from the document kept in its place</h3>"
-                         + _survivor_words(m) + plots["to_survivor"])
-        if "sizes" in plots:
-            parts.append("<h3>Cluster sizes</h3>" + plots["sizes"])
-        if extras.clusters:
-            parts.append("<h3>The largest clusters</h3><p>The root (kept) on the left; members (dropped) on the right, "
-                         "with the words the other text lacks highlighted.</p>")
-        for c in extras.clusters:
-            parts.append(f"<h4>root {e(shorten(c.root))}: {c.size:,} documents</h4>")
-            for mem in c.members:
-                left, right = _diff(_short(c.root_text), _short(mem["text"]))
-                sim = f"estimate {mem['estimate']:.3f}, exact Jaccard {mem['jaccard']:.3f}"
-                parts.append(f"<p>{e(shorten(c.root))} ↔ {e(shorten(mem['id']))}: {sim}</p>"
-                             f"<div class='pair'><div class='doc'>{left}</div><div class='doc'>{right}</div></div>")
-    if m.get("protected_files"):
-        parts.append("<h2>Decontamination</h2><table><tr><th>protected file</th><th>documents removed</th></tr>")
-        for f, n in m["contaminated_by_file"].items():
-            parts.append(f"<tr><td><code>{e(f)}</code></td><td class='n'>{n:,}</td></tr>")
-        parts.append("</table><h3>By record</h3><table><tr><th>file</th><th>record</th><th>documents</th>"
-                     "<th>share</th><th>a matching n-gram</th><th>an example document</th></tr>")
-        for r in m["contaminated_by_record"][:25]:
-            example = extras.record_examples.get((r["file"], r["record"]), "")
-            parts.append(f"<tr><td><code>{e(r['file'])}</code></td><td>{e(shorten(r['record']))}</td>"
-                         f"<td class='n'>{r['documents']:,}</td><td class='n'>{100 * r['documents'] / total:.1f}%</td>"
-                         f"<td><mark>{e(shorten(r['ngram']))}</mark></td>"
-                         f"<td><div class='doc'>{e(_short(example)[:400])}</div></td></tr>")
-        parts.append("</table>")
-    parts.append("<h2>Parameters</h2><table>")
-    for k, v in sorted(m["parameters"].items()):
-        parts.append(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>")
-    parts.append(f"<tr><th>fingerprint</th><td>{e(m['fingerprint'])}</td></tr></table>")
-    parts.append("<h2>Stages</h2><table><tr><th>stage</th><th>seconds</th></tr>")
-    for k, v in m["seconds"].items():
-        parts.append(f"<tr><td>{e(k)}</td><td class='n'>{v:.2f}</td></tr>")
-    parts.append("</table><h2>Versions</h2><p>" + ", ".join(f"{e(k)} {e(v)}" for k, v in m["versions"].items()) + "</p>")
-    parts.append("</body></html>\n")
-    return "".join(parts)
+    counts = [("input rows", m["input_rows"]), ("contaminated, dropped", m["contaminated_dropped"]),
+              ("near duplicates found", m["near_duplicates_found"]),
+              ("near duplicates dropped", m["near_duplicates_dropped"]),
+              *([("skipped, id already indexed", skipped)] if skipped else []),
+              ("output rows", m["output_rows"])]
+    clusters = []
+    for c in extras.clusters:
+        members = []
+        for mem in c.members:
+            left, right = diff_excerpts(c.root_text, mem["text"])
+            members.append({"id": shorten(mem["id"]), "similarity": _similarity(mem["estimate"], mem["jaccard"]),
+                            "root_excerpt": left, "excerpt": right})
+        clusters.append({"root": shorten(c.root), "size": c.size, "members": members})
+    near_pairs = []
+    for pair in extras.near_pairs:
+        left, right = diff_excerpts(pair["left_text"], pair["right_text"])
+        near_pairs.append({"side": pair["side"], "left_id": shorten(pair["left_id"]), "right_id": shorten(pair["right_id"]),
+                           "similarity": _similarity(pair["estimate"], pair["jaccard"]), "left": left, "right": right})
+    records = []
+    for r in m.get("contaminated_by_record", [])[:RECORDS_SHOWN]:
+        found = extras.record_examples.get((r["file"], r["record"]))
+        example = None
+        if found is not None:
+            ident, text = found
+            passage = match_excerpt(text, r["ngram"]) or {"before": text[:2 * MATCH_CHARS], "match": "", "after": ""}
+            example = {"id": shorten(ident), **passage}
+        records.append({"file": r["file"], "record": shorten(r["record"]), "documents": r["documents"],
+                        "ngram": shorten(r["ngram"]), "example": example})
+    p = {**m["parameters"], "shingle_unit": m["parameters"].get("shingle_unit", "word")}
+    return str(_template().render(
+        m=m, p=p, css=Markup(CSS), counts=counts, total=total, skipped=skipped, plots=_plots(m, extras),
+        to_survivor=_survivor_words(m) if m.get("near_dedup") else "", near_pairs=near_pairs, clusters=clusters,
+        records=records, parameters=sorted(m["parameters"].items()), excerpt=_excerpt_html))

@@ -231,10 +231,30 @@ def _explain_conflict(shards: Sequence[Shard], column: str) -> None:
                              "rewrite one shard so the types agree.")
 
 
+POSITION_ID = "_dedup_position"
+"""The id column of a corpus without ids: no column of the input, each document's id is its
+position, `position_id(file, row)`."""
+
+
+def position_id(name: str, row: int) -> str:
+    """A document's id by its position: its file's output name (relative path) and its row, `a/b.parquet#17`."""
+    return f"{name}#{row}"
+
+
+def id_type_of(schema: pa.Schema, id_column: str) -> pa.DataType:
+    """The ids' type: the id column's (its value type when dictionary-encoded), strings for positions."""
+    if id_column == POSITION_ID:
+        return pa.string()
+    t = schema.field(id_column).type
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
 def check_columns(shards: Sequence[Shard], schema: pa.Schema, id_column: str, text_column: str) -> None:
     """The id and text columns exist in every shard with usable types; errors name the file."""
     for s in shards:
         for role, name in (("id", id_column), ("text", text_column)):
+            if name == POSITION_ID:
+                continue
             if name not in s.schema.names:
                 raise UsageError(f"{s.path}: the {role} column {name!r} is missing; columns found: {s.schema.names}. "
                                  f"Pass --{role}-column to name the right one.")
@@ -242,11 +262,13 @@ def check_columns(shards: Sequence[Shard], schema: pa.Schema, id_column: str, te
         if not (_is_text(ttype) or pa.types.is_null(ttype)):
             raise UsageError(f"{s.path}: the text column {text_column!r} has type {ttype}; it must hold strings "
                              "(cast it, or name the right column with --text-column).")
-        itype = s.schema.field(id_column).type
+        itype = s.schema.field(id_column).type if id_column != POSITION_ID else pa.string()
         if not (pa.types.is_integer(itype) or _is_text(itype)):
             raise UsageError(f"{s.path}: the id column {id_column!r} has type {itype}; ids must be strings or integers.")
     if CLUSTER_COLUMN in schema.names:
         raise UsageError(f"The input already has a {CLUSTER_COLUMN!r} column; rename or drop it first.")
+    if id_column == POSITION_ID:
+        return
     if any(s.schema.field(id_column).type == pa.uint64() for s in shards):
         _check_uint64_ids([s.path for s in shards if s.schema.field(id_column).type == pa.uint64()], id_column)
     if shards and pa.types.is_null(schema.field(id_column).type):
@@ -446,11 +468,14 @@ def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: st
     kept: list[pa.Array] = []
     for piece in pieces:
         s = piece.shard
-        t = read_table(s.path, list(dict.fromkeys([id_column, text_column, *([keep[0]] if keep else [])])),
-                       piece.start, piece.stop)
+        positions = id_column == POSITION_ID
+        t = read_table(s.path, list(dict.fromkeys([*([] if positions else [id_column]), text_column,
+                                                   *([keep[0]] if keep else [])])), piece.start, piece.stop)
         if keep is not None:
             kept.extend(keep_values(t.column(keep[0]), keep[1]).chunks)
-        idc, txt = t.column(id_column), t.column(text_column)
+        txt = t.column(text_column)
+        idc = pa.chunked_array([pa.array([position_id(s.name, r) for r in range(piece.start, piece.stop)],
+                                         pa.string())]) if positions else t.column(id_column)
         if idc.null_count:
             row = piece.start + int(np.flatnonzero(idc.is_null().to_numpy(zero_copy_only=False))[0])
             raise ValueError(f"{s.path}: row {row} has a null id in column {id_column!r}; every document needs a unique id.")

@@ -284,6 +284,12 @@ class Staging:
         """Paths of every file in the staging directory, relative to it, sorted."""
         return sorted(p[len(self.tmp) + 1:] for p in self.fs.find(self.tmp))
 
+    def data_bytes(self) -> int:
+        """The bytes of the files a dataset reader sees: none under a `_` or `.` directory (index, report)."""
+        found = self.fs.find(self.tmp, detail=True)
+        return sum(int(info.get("size") or 0) for path, info in found.items()
+                   if not any(part.startswith(("_", ".")) for part in path[len(self.tmp) + 1:].split("/")))
+
     # -- publishing -------------------------------------------------------------------------------
     def commit(self) -> None:
         """Publish the staging directory as OUTPUT (the caller defers interrupts around this)."""
