@@ -3,6 +3,7 @@
     pip install -e ".[bench]"
     python benchmarks/clusters.py                       # 200,000 §7 documents; 100,000 plus 20,000 template copies
     python benchmarks/clusters.py --docs 50000 --templates 50 --repeats 1    # a quick look
+    python benchmarks/clusters.py --parts exact       # only the boilerplate corpus with --confirm exact
 
 Two corpora, each run by `dedup run --n-workers 2` in a process of its own:
 1. the §7 corpus (`corpus.corpus_frame`), whose near duplicates are light edits of one original;
@@ -91,16 +92,21 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=100, help="copies of each template")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--parts", default="corpus,estimate,exact",
+                    help="which runs: the §7 corpus, the boilerplate corpus with each confirm mode (comma separated)")
     args = ap.parse_args()
+    parts = args.parts.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="dedup-clusters-"))
     report = {}
     try:
-        plain = write_corpus(corpus_frame(args.docs), tmp / "plain", shards=16)
-        report["corpus"] = compare(f"the §7 corpus: {args.docs:,} documents", plain, tmp, args.workers, args.repeats)
+        if "corpus" in parts:
+            plain = write_corpus(corpus_frame(args.docs), tmp / "plain", shards=16)
+            report["corpus"] = compare(f"the §7 corpus: {args.docs:,} documents", plain, tmp, args.workers,
+                                       args.repeats)
         boiler = write_corpus(templated(args.docs // 2, args.templates, args.copies), tmp / "boiler", shards=16)
         label = (f"boilerplate: {args.docs // 2:,} §7 documents and {args.templates} templates x {args.copies} "
                  "copies")
-        for confirm in ("estimate", "exact"):
+        for confirm in [c for c in ("estimate", "exact") if c in parts]:
             report[f"boilerplate_{confirm}"] = compare(f"{label}, --confirm {confirm}", boiler, tmp, args.workers,
                                                        args.repeats, "--confirm", confirm)
     finally:
