@@ -158,3 +158,58 @@ def test_report_examples_read_only_their_rows_across_row_groups(tmp_path: Path) 
     assert read_rows(str(path), rows, "text") == [texts[r] for r in rows]
     assert read_rows(str(path), rows, "cat") == [f"c{r % 3}" for r in rows]
     assert read_rows(str(path), [], "text") == []
+
+
+def test_the_page_helps_tune_in_chromium(dask_processes: Path, tmp_path: Path) -> None:
+    """On a corpus of templated texts (clusters of hundreds, chains, pairs on both sides of the
+    threshold) and an eval file: the pairs nearest the threshold on each side with their differences
+    marked, the largest clusters' farthest members, a contamination example around its n-gram with
+    its id, a size chart labelled with the largest cluster, and legends below the data."""
+    import random
+
+    from selenium.webdriver.common.by import By
+
+    rng = random.Random(5)
+    texts, ids = [], []
+    for t in range(4):
+        words = [f"clause{rng.randrange(5000)}" for _ in range(200)]
+        for c in range(60 * (t + 1)):
+            w = list(words)
+            for i in range(len(w)):
+                if rng.random() < rng.uniform(0.0, 0.05):
+                    w[i] = f"var{t}x{c}x{i}"
+            texts.append(" ".join(w))
+            ids.append(f"lic{t}-{c:03d}")
+    src = tmp_path / "in"
+    src.mkdir()
+    pd.DataFrame({"id": ids, "text": texts}).to_parquet(src / "licenses.parquet", index=False)
+    gram = " ".join(texts[7].split()[50:63])
+    (tmp_path / "eval.jsonl").write_text(json.dumps({"question": f"Which clause says: {gram}?"}) + "\n")
+    out = tmp_path / "out"
+    got = subprocess.run([*DEDUP, "run", str(src), str(out), "--protected", str(tmp_path / "eval.jsonl"),
+                          "--scheduler-file", str(dask_processes)], capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stderr
+    m = json.loads((out / "_dedup.json").read_text())
+    d = chromium(1200, 3000)
+    try:
+        d.get((out / "_report" / "index.html").as_uri())
+        titles = [e.text for e in d.find_elements(By.CSS_SELECTOR, "h4.pair-title")]
+        assert sum(t.startswith("merged:") for t in titles) == 3 and sum(t.startswith("not merged:") for t in titles) == 3
+        estimates = [float(t.rsplit("estimate ", 1)[1].split(",")[0]) for t in titles]
+        assert all(e >= 0.8 for e in estimates[:3]) and all(e < 0.8 for e in estimates[3:])
+        pairs = d.find_elements(By.XPATH, "//h4[@class='pair-title']/following-sibling::div[@class='pair'][1]")
+        assert len(pairs) == 6 and all(p.find_elements(By.TAG_NAME, "mark") for p in pairs)
+        kept = [e.text for e in d.find_elements(By.XPATH, "//h4[starts-with(., 'kept ')]")]
+        assert kept and kept[0].endswith(f": {m['largest_cluster']} documents")
+        example = d.find_element(By.CSS_SELECTOR, "#records .doc")
+        assert " ".join(example.find_element(By.TAG_NAME, "mark").text.lower().split()) == gram
+        assert d.find_element(By.CSS_SELECTOR, "#records .doc-id").text in ids
+        svg_texts = [e.text for e in d.find_elements(By.CSS_SELECTOR, "svg text")]
+        top = 1 << (m["largest_cluster"] - 1).bit_length()  # sizes in doubling bins: (top / 2, top]
+        assert f"largest: {m['largest_cluster']:,}" in svg_texts and f"{top // 2 + 1}-{top}" in svg_texts
+        legend = d.find_element(By.XPATH, "//*[name()='text'][.='P(candidate), 16 x 8']").rect
+        xlabel = d.find_element(By.XPATH, "//*[name()='text'][starts-with(., 'similarity (MinHash')]").rect
+        assert legend["y"] >= xlabel["y"] + xlabel["height"]  # the legend is below the plot, off the data
+        assert [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
+    finally:
+        d.quit()
