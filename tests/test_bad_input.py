@@ -36,10 +36,11 @@ def test_text_column_of_wrong_type(client, tmp_path: Path, values: list, type_na
     assert not (tmp_path / "out").exists()
 
 
-def test_missing_id_column_names_file_and_columns(client, tmp_path: Path) -> None:
+def test_a_named_id_column_that_is_missing_names_file_and_columns(client, tmp_path: Path) -> None:
+    """Named, a missing id column is an error (unnamed, the documents' positions are their ids)."""
     write_shards(pd.DataFrame({"doc": ["a"], "text": ["x"]}), tmp_path / "in", 1)
     with pytest.raises(ValueError, match=r"shard-00.parquet: the id column 'id' is missing; columns found: \['doc', 'text'\]"):
-        run(str(tmp_path / "in"), str(tmp_path / "out"))
+        run(str(tmp_path / "in"), str(tmp_path / "out"), id_column="id")
 
 
 WORDLESS = [None, "", "   \n\t ", "!!! ... ???", "😀🎉😀", "\u200b\u200d"]

@@ -394,14 +394,18 @@ def read_table(path: str, columns: list[str] | None = None, start: int = 0, stop
 
 def sample_texts(shards: Sequence[Shard], text_column: str, files: int = 8, rows: int = 32) -> list[str | None]:
     """The first `rows` texts of up to `files` input files spread over the input: a sample read in
-    a moment (one batch of one row group each), to judge the corpus before any work."""
+    a moment (one batch of one row group each), to judge the corpus before any work. A sample
+    that does not decode (text that is not UTF-8) is left out: the features stage names its row."""
     picked = sorted({round(i * (len(shards) - 1) / max(files - 1, 1)) for i in range(min(files, len(shards)))})
     out: list[str | None] = []
     for i in picked:
-        with open_input(shards[i].path) as fh:
-            batch = next(pq.ParquetFile(fh).iter_batches(batch_size=rows, columns=[text_column]), None)
-        if batch is not None:
-            out += [t if isinstance(t, str) else None for t in batch.column(0).to_pylist()]
+        try:
+            with open_input(shards[i].path) as fh:
+                batch = next(pq.ParquetFile(fh).iter_batches(batch_size=rows, columns=[text_column]), None)
+            if batch is not None:
+                out += [t if isinstance(t, str) else None for t in batch.column(0).to_pylist()]
+        except (UnicodeDecodeError, pa.ArrowException):
+            continue
     return out
 
 
