@@ -214,3 +214,22 @@ def test_the_page_shows_how_far_near_duplicates_are_from_their_survivor(dask_pro
             assert f"{m['below_threshold_to_survivor']:,} documents were below it" in words and not m["warnings"]
     assert "--clusters centred keeps every removed document" in said["connected"]
     assert "--clusters centred keeps" not in said["centred"]
+
+
+def test_centred_against_an_earlier_output(tmp_path: Path, chained: pd.DataFrame) -> None:
+    """A new half of the corpus run --against the old half's output, centred, exact: every removed
+    document reaches the threshold, by exact Jaccard recomputed here, with its root, an earlier
+    output's document included."""
+    old, new = chained.iloc[::2], chained.iloc[1::2]
+    first = run_dedup("near", str(_shards(old, tmp_path / "old", 1)), str(tmp_path / "r1"), "--threads", "2",
+                      "--clusters", "centred", "--confirm", "exact")
+    assert first.returncode == 0, first.stderr
+    second = run_dedup("near", str(_shards(new, tmp_path / "new", 1)), str(tmp_path / "r2"), "--threads", "2",
+                       "--clusters", "centred", "--confirm", "exact", "--against", str(tmp_path / "r1"))
+    assert second.returncode == 0, second.stderr
+    removed = pd.read_parquet(tmp_path / "r2" / "_report" / "removed.parquet")
+    text = dict(zip(chained["id"], chained["text"]))
+    assert removed["root"].isin(old["id"]).sum() > 5
+    for i, root, s in zip(removed["id"], removed["root"], removed["survivor_similarity"]):
+        a, b = ref_shingles(text[i], 5), ref_shingles(text[root], 5)
+        assert len(a & b) / len(a | b) >= 0.8 and s >= 0.8
