@@ -238,6 +238,8 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 .doc-id{font-size:.8rem;color:#555;margin-bottom:.2rem}
 mark{background:#ffe08a} .warn{background:#fff1f0;border:1px solid #e45756;padding:.6rem;margin:.6rem 0}
 code{background:#f2f2f2;padding:0 .2rem} td,th,h4,p{overflow-wrap:anywhere} svg{max-width:100%;height:auto}
+#records th,#records td.n{white-space:nowrap} #records td:nth-child(1){min-width:12rem}
+#records td:nth-child(2){min-width:4rem} #records td:nth-child(5){min-width:10rem} #records td:last-child{width:45%}
 """
 
 RECORDS_SHOWN = 25
