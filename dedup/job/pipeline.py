@@ -212,7 +212,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
                 labels, s = survivors(labels, graph, feat_all, texts, text_column=text_column, params=params,
                                       centred=clusters == "centred", first_indexed=first_indexed, placement=placement,
                                       placed=placed, edge_rows=graph_edges, keep=keep, spill_dir=spill_dir,
-                                      npartitions=npartitions)
+                                      npartitions=npartitions, components=components)
                 report.clusters_mode = clusters
                 report.survivor_rounds, report.survivor_scored, report.below_survivor = s.rounds, s.scored, s.below
                 report.survivor_histogram = s.histogram

@@ -62,11 +62,12 @@ class SurvivorCounts:
 def survivors(labels: dd.DataFrame, graph: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *,
               text_column: str, params: Params, centred: bool, first_indexed: int = keyspace.NO_INDEX,
               placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
-              keep: str | None = None, spill_dir: str | None = None, npartitions: int | None = None
-              ) -> tuple[dd.DataFrame, SurvivorCounts]:
+              keep: str | None = None, spill_dir: str | None = None, npartitions: int | None = None,
+              components: str = "auto") -> tuple[dd.DataFrame, SurvivorCounts]:
     """Settled labels (`PLACED_META`: doc, label = the survivor's key, the similarities to it) for every
     clustered document, persisted, and the counts. `labels` and `graph`: the components stage's labels
-    (at their documents' partitions when `placed`) and the confirmed graph, of `edge_rows` edges."""
+    (at their documents' partitions when `placed`) and the confirmed graph, of `edge_rows` edges.
+    `components`: where each round's failed members are joined again, as for the components stage."""
     n = feat.npartitions
     k = max(1, n)
     keep_meta = feat._meta[KEEP] if KEEP in feat.columns else None
@@ -106,7 +107,7 @@ def survivors(labels: dd.DataFrame, graph: dd.DataFrame, feat: dd.DataFrame, tex
         graph_rows = int(e["n"].sum())
         if not graph_rows:  # every failed member is alone: a cluster of its own
             break
-        if graph_rows <= CLIENT_COMPONENT_EDGES:
+        if components == "client" or (components == "auto" and graph_rows <= CLIENT_COMPONENT_EDGES):
             labels = components_on_client(graph, n, f"{spill_dir}/round-{rounds}" if spill_dir else None, placement)
             placed = True
         else:
