@@ -224,7 +224,7 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact
     labels, group = np.unique(rows["label"].to_numpy(np.int64), return_inverse=True)
     best = np.full(len(labels), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(best, group, rank)
-    root = np.asarray(uniques)[best[group] % n]
+    root = uniques[best[group] % n]
     out = pd.DataFrame({"doc": doc, "root": root, "_id": ids.to_numpy()})
     if sizes:  # this run's documents, and an earlier output's root (ranked first: below n)
         own = np.bincount(group, weights=doc < first_indexed, minlength=len(labels)).astype(np.int64)
@@ -232,7 +232,7 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact
     to_root = {c: rows[c].to_numpy(np.float32) for c in TO_SURVIVOR} if to_survivor else {}
     if pairs is None:
         return out.assign(**to_root)
-    matched, est, jac = closest_matches(doc, codes.astype(np.int64), rows["tkey"].to_numpy(np.uint64),
+    matched, est, jac = closest_matches(doc, codes, rows["tkey"].to_numpy(np.uint64),
                                         rows["tkey2"].to_numpy(np.uint64), pairs[OTHER].to_numpy(np.int64),
                                         pairs["doc"].to_numpy(np.int64), pairs["estimate"].to_numpy(np.float32),
                                         pairs["jaccard"].to_numpy(np.float32), exact)
