@@ -136,3 +136,22 @@ def test_hit_counts_per_batch() -> None:
     prot = ProtectedNgrams.from_paths([Path(__file__)])  # any text file: this one
     hc = prot.hit_counts(encode_batch(["nothing here", None]))
     assert hc.empty and list(hc.columns) == ["kind", "index", "documents", "gram"]
+
+
+def test_every_csv_cell_is_protected_whatever_the_width_or_length(tmp_path: Path) -> None:
+    """Cells past the header's width (a passage with unquoted commas) and a cell longer than Python's
+    csv field limit (131,072 characters: a long-context eval) are protected like any other cell."""
+    long_passage = " ".join(f"filler{i}" for i in range(30_000)) + " " + QUESTIONS[5]
+    assert len(long_passage) > 131_072
+    rows = ["id,question,answer", f"q0,{QUESTIONS[0]},yes",
+            f"q1,intro words,{QUESTIONS[1]}, and then,{QUESTIONS[2]}",  # 5 cells under a 3-cell header
+            f'q2,"{long_passage}",no', f"{QUESTIONS[3]},short,no"]  # an id column's text stays a label
+    path = tmp_path / "wide.csv"
+    path.write_text("\n".join(rows) + "\n")
+    prot = ProtectedNgrams.from_paths([path])
+    docs = [f"prefix {q} suffix" for q in QUESTIONS[:6]]
+    assert prot.flags(docs).tolist() == [True, True, True, False, False, True]
+    assert list(prot.record_labels) == ["row 0", "row 1", "row 2", "row 3"]
+    tsv = tmp_path / "wide.tsv"
+    tsv.write_text("\n".join(r.replace(",", "\t") for r in rows[:3]) + "\n")
+    assert ProtectedNgrams.from_paths([tsv]).flags(docs[:3]).tolist() == [True, True, True]

@@ -5,7 +5,8 @@
 - `.json`: an array (records `[i]`) or an object (records `key K`), same string rule.
 - `.parquet`: each row a record (`row N`); its texts are the values of the string columns
   (string, large_string, lists of them) whose names are not label keys.
-- `.csv` / `.tsv`: each row a record (`row N`, from 0 after any header); its texts are its cells.
+- `.csv` / `.tsv`: each row a record (`row N`, from 0 after any header); its texts are all its cells,
+  those past the header's width too (a passage with unquoted commas), of any length.
   A first row of column names (`HEADER_CELL`: every cell a short name, none repeated) is a header:
   not text, and the columns it names as label keys are skipped.
 - anything else given by name (`.txt`, `.md`, ...): the whole file is one record, `file`.
@@ -158,19 +159,22 @@ def records(path: str) -> Iterator[tuple[str, list[str]]]:
 
 def _csv_records(text: str, delimiter: str, path: str) -> Iterator[tuple[str, list[str]]]:
     """The rows of a CSV (TSV) text as records: every cell, after a header row if it has one."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, len(text) + 1))  # a cell may be as long as the file (long-context evals)
     try:
         rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
     except csv.Error as exc:
         raise UsageError(f"Protected file {path}: not readable as {'TSV' if delimiter == chr(9) else 'CSV'} "
                          f"({exc}).") from None
-    keep: list[int] | None = None
+    finally:
+        csv.field_size_limit(limit)
+    labels: set[int] = set()
     if rows and all(HEADER_CELL.fullmatch(c.strip()) for c in rows[0]) and \
             len({c.strip().lower() for c in rows[0]}) == len(rows[0]):
-        keep = [i for i, c in enumerate(rows[0]) if c.strip().lower() not in LABEL_KEYS]
+        labels = {i for i, c in enumerate(rows[0]) if c.strip().lower() in LABEL_KEYS}
         rows = rows[1:]
-    for i, row in enumerate(rows):
-        cells = row if keep is None else [row[j] for j in keep if j < len(row)]
-        yield f"row {i}", [c for c in cells if c]
+    for i, row in enumerate(rows):  # every cell, those past the header's width too (an unquoted comma)
+        yield f"row {i}", [c for j, c in enumerate(row) if c and j not in labels]
 
 
 def _parquet_records(path: str) -> Iterator[tuple[str, list[str]]]:
