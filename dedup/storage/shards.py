@@ -512,15 +512,24 @@ def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: st
 def keep_type(t: pa.DataType) -> pa.DataType:
     """The type `--keep-by` values are compared in: a dictionary's value type, strings as large strings."""
     t = t.value_type if pa.types.is_dictionary(t) else t
+    if pa.types.is_float16(t):  # Arrow cannot sort half floats; float32 holds each value exactly, in the same order
+        return pa.float32()
     return pa.large_string() if pa.types.is_string(t) else pa.large_binary() if pa.types.is_binary(t) else t
 
 
 def orderable(t: pa.DataType) -> bool:
-    """Whether `--keep-by` can order a column of type `t`: numbers, strings, binary, booleans, times."""
+    """Whether `--keep-by` can order a column of type `t`: numbers, strings, binary, booleans, times
+    that Arrow can sort in their comparison type (`keep_type`; an interval, say, it cannot)."""
     t = t.value_type if pa.types.is_dictionary(t) else t
-    return any(f(t) for f in (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_string,
+    if not any(f(t) for f in (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_string,
                               pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary,
-                              pa.types.is_boolean, pa.types.is_temporal))
+                              pa.types.is_boolean, pa.types.is_temporal)):
+        return False
+    try:
+        pc.sort_indices(pa.array([None, None], keep_type(t)))
+    except pa.ArrowNotImplementedError:
+        return False
+    return True
 
 
 def keep_values(col: pa.ChunkedArray, t: pa.DataType) -> pa.ChunkedArray:
