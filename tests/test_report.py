@@ -213,3 +213,23 @@ def test_the_page_helps_tune_in_chromium(dask_processes: Path, tmp_path: Path) -
         assert [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
     finally:
         d.quit()
+
+
+def test_long_words_are_shortened_on_the_page(client, tmp_path: Path) -> None:
+    """A 200,000-character word in near duplicates and in a protected passage is shown as its start and
+    its length, as ids are, not whole (it once made a 1.4 MB page)."""
+    long = "x" * 200_000
+    base = [f"w{i}" for i in range(60)]
+    texts = [" ".join(base[:30] + [long] + base[30:]), " ".join(base[:30] + [long] + base[30:59]),
+             " ".join(base[:30] + [long, "y" * 150_000] + base[30:])]
+    quoted = " ".join([f"q{i}" for i in range(6)] + [long] + [f"q{i}" for i in range(6, 12)])
+    texts.append(f"intro {quoted} outro")
+    src = write_shards(pd.DataFrame({"id": [f"d{i}" for i in range(len(texts))], "text": texts}), tmp_path / "in", 1)
+    evals = tmp_path / "eval.jsonl"
+    evals.write_text(json.dumps({"question": quoted}) + "\n")
+    m = run(str(src), str(tmp_path / "out"), protected=[str(evals)])
+    assert m["near_duplicates_dropped"] == 2 and m["contaminated_dropped"] == 1
+    page = (tmp_path / "out" / "_report" / "index.html").read_text()
+    assert len(page) < 400_000, len(page)
+    assert "x" * 81 not in page and "y" * 81 not in page
+    assert "(200,000 characters)" in page and "(150,000 characters)" in page

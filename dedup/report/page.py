@@ -20,7 +20,7 @@ import numpy as np
 from markupsafe import Markup, escape
 
 from dedup.core.lsh import probability
-from dedup.report.shown import shorten
+from dedup.report.shown import SHOWN_CHARS, shorten
 
 log = logging.getLogger("dedup")
 
@@ -199,13 +199,19 @@ def match_excerpt(text: str, ngram: str, chars: int = MATCH_CHARS) -> dict[str, 
         if words[i:i + len(gram)] == gram:
             start, end = spans[i][0], spans[i + len(gram) - 1][1]
             lo, hi = max(0, start - chars), min(len(text), end + chars)
-            return {"before": ("… " if lo else "") + text[lo:start], "match": text[start:end],
+            return {"before": ("… " if lo else "") + text[lo:start], "match": _short_words(text[start:end]),
                     "after": text[end:hi] + (" …" if hi < len(text) else "")}
     return None
 
 
+def _short_words(text: str) -> str:
+    """`text` with every word longer than `SHOWN_CHARS` shortened as ids are (a 200,000-character word
+    once made a 1.4 MB page)."""
+    return re.sub(rf"\S{{{SHOWN_CHARS + 1},}}", lambda m: shorten(m.group()), text)
+
+
 def _excerpt_html(e: Excerpt) -> Markup:
-    words = " ".join(f"<mark>{escape(w)}</mark>" if marked else str(escape(w)) for w, marked in e.words)
+    words = " ".join(f"<mark>{escape(shorten(w))}</mark>" if marked else str(escape(shorten(w))) for w, marked in e.words)
     return Markup(("… " if e.cut_before else "") + words + (" …" if e.cut_after else ""))
 
 
