@@ -51,9 +51,14 @@ def test_a_corpus_without_ids_gets_positions_as_ids(dask_processes: Path, tmp_pa
     assert len(removed) and all(position[i] == r for i, r in zip(removed["id"], removed["root"]))
     missing = run_dedup("run", str(src), str(tmp_path / "o"), "--id-column", "doc_id")
     assert missing.returncode == 2 and "the id column 'doc_id' is missing" in missing.stderr
-    again = run_dedup("run", str(src), str(tmp_path / "o2"), "--scheduler-file", str(dask_processes),
+    # refused before any work (the scheduler file names no scheduler: no cluster is reached), exit 2
+    nowhere = tmp_path / "no-scheduler.json"
+    nowhere.write_text(json.dumps({"address": "tcp://127.0.0.1:9"}))
+    again = run_dedup("run", str(src), str(tmp_path / "o2"), "--scheduler-file", str(nowhere),
                       "--against", str(outs["1000000"]))
-    assert again.returncode == 1 and "it repeats when files keep their names" in again.stderr
+    assert again.returncode == 2, again.stderr
+    assert "2 of its file name(s) are those of that output (a.parquet, sub/b.parquet): their ids would repeat" \
+        in again.stderr and "--id-column" in again.stderr
     assert not (tmp_path / "o2").exists()
 
 

@@ -297,10 +297,11 @@ def _existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sampl
                                      zip(sample["_id"], (locate(int(k)) for k in sample["doc"]))) + ")"
         named = ", ".join(shown_repr(str(i)) for i in sample["_id"].head(5))
         if id_column == shards_mod.POSITION_ID:
-            raise ValueError(f"{count} document(s) have the position of a document an earlier run given with --against "
+            raise UsageError(f"{count} document(s) have the position of a document an earlier run given with --against "
                              f"read, e.g. [{named}]: without an id column a document's id is FILE#ROW, and it repeats "
-                             "when files keep their names from one run to the next. Give this run's files names of "
-                             "their own, or name a column of ids with --id-column. Nothing was written.")
+                             "when files keep their names from one run to the next. Put this run's files under a "
+                             "directory of their own inside INPUT, or name a column of ids with --id-column. Nothing "
+                             "was written.")
         raise ValueError(f"{count} document id(s) in column {id_column!r} were already read by an earlier run given "
                          f"with --against, e.g. [{named}]{where}. Pass "
                          "--skip-existing to leave them out, or give them new ids. Nothing was written.")

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from dedup.config import CLUSTER_MODES, COMPONENT_MODES, Params
 from dedup.storage import shards as shards_mod
-from dedup.storage.safety import UsageError, check_output, expand_protected, input_places
+from dedup.storage.safety import UsageError, check_output, expand_protected, input_places, read_manifest
 from dedup.storage.staging import INTERRUPT_REQUESTED, Staging
 
 if TYPE_CHECKING:
@@ -174,6 +174,27 @@ def _keep_by(spec: str, schema: pa.Schema, near: bool) -> tuple[str, str]:
     return column, way
 
 
+def _check_positions(found: Sequence[shards_mod.Shard], parts: Sequence[IndexPart]) -> None:
+    """Without an id column a document's id is FILE#ROW: refuse, before any work, input files named as
+    files of an earlier output (given with --against, or one it builds on) whose ids were positions too."""
+    from dedup.storage import index
+
+    names = {s.name for s in found}
+    for part in parts:
+        fs, root = index.fsspec_root(part.output)
+        manifest = read_manifest(fs, root) or {}
+        if manifest.get("id_column") != shards_mod.POSITION_ID:
+            continue
+        same = sorted(names & index.shard_names(part))
+        if same:
+            raise UsageError(
+                f"--against {part.output}: this input has no id column, so a document's id is FILE#ROW, and "
+                f"{len(same)} of its file name(s) are those of that output ({', '.join(same[:3])}"
+                f"{', ...' if len(same) > 3 else ''}): their ids would repeat. Put this run's files under a "
+                "directory of their own inside INPUT (e.g. INPUT/2026-12/part-0.parquet), or name a column of ids "
+                "with --id-column.")
+
+
 UNSPACED_WARN_SHARE = 0.5
 """Under word shingles, a warning when more than this share of a sample of texts is of scripts
 written without spaces (`dedup.core.text.unspaced`)."""
@@ -259,6 +280,8 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
         from dedup.storage import index
 
         parts = index.load(list(against), params, shards_mod.id_type_of(schema, id_column))
+        if id_column == shards_mod.POSITION_ID:
+            _check_positions(found, parts)
     prot = None
     if prot_paths:
         from dedup.core.decontam import ProtectedNgrams

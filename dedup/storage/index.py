@@ -185,6 +185,12 @@ def _read_meta(url: str, what: str) -> dict[str, Any] | None:
         raise UsageError(f"{what}: {exc}. {DAMAGED}") from None
 
 
+def shard_names(part: IndexPart) -> set[str]:
+    """The shards of the output `part` indexes, as named in it (relative to that OUTPUT), from its index.json."""
+    meta = _read_meta(part.url, f"--against {part.output}") or {}
+    return {f for f in meta.get("files", {}) if not f.startswith("_")}
+
+
 def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[IndexPart]:
     """The indexes of earlier outputs (and every index they reference), checked against this run.
 
