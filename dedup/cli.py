@@ -21,6 +21,7 @@ from dedup.config import (
     CLUSTER_MODES,
     COMPONENT_MODES,
     CONFIRM_MODES,
+    MAX_CONTAMINATED,
     DEFAULT_SHINGLE_SIZE,
     PARTITION_ROWS,
     SHINGLE_UNITS,
@@ -30,7 +31,7 @@ from dedup.job.watchdog import DEFAULT_LIMIT as STALL_TIMEOUT
 from dedup.job.watchdog import FAILED as STALLS
 from dedup.job.watchdog import WARN_AFTER
 from dedup.runtime import check_options, start_forkserver, stop_forkserver
-from dedup.storage.safety import UsageError
+from dedup.storage.safety import TooContaminated, UsageError
 
 log = logging.getLogger("dedup")
 P = Params()
@@ -96,6 +97,10 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
                             "string columns; other files: the whole text; .gz/.bz2/.xz/.zst read through; a directory: "
                             "those files below it (see docs/contract.md section 6)")
         d.add_argument("--ngram-size", type=int, default=P.ngram_size, help=f"words per protected n-gram (default: {P.ngram_size})")
+        d.add_argument("--max-contaminated", type=float, metavar="FRACTION", default=MAX_CONTAMINATED,
+                       help="stop before publishing (exit 3, OUTPUT as it was) when decontamination would remove more "
+                            "than this share of the input: an eval record quoting boilerplate can gut a corpus; a "
+                            f"--dry-run only warns; 1 turns the guard off (default: {MAX_CONTAMINATED})")
 
 
 def _add_runtime(p: argparse.ArgumentParser) -> None:
@@ -145,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="INPUT: a Parquet file, a directory of shards, a glob or an fsspec URL. "
                                             "OUTPUT: the same shards (same names, same schema plus minhash_cluster) plus "
                                             "_dedup.json, the manifest that marks it complete. Exit codes: 0 done, 1 the "
-                                            "run failed, 2 bad usage, 130 interrupted (OUTPUT as it was). The contract: "
+                                            "run failed, 2 bad usage, 3 stopped by --max-contaminated, 130 interrupted (OUTPUT as it was). The contract: "
                                             "docs/contract.md.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     specs = [
@@ -255,7 +260,8 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
                         write_index=near and not getattr(args, "no_index", False),
                         partition_rows=args.partition_rows or PARTITION_ROWS, restart=args.restart,
                         cluster_size=getattr(args, "cluster_size", False), keep_by=getattr(args, "keep_by", None),
-                        clusters=getattr(args, "clusters", "connected"))
+                        clusters=getattr(args, "clusters", "connected"),
+                        max_contaminated=getattr(args, "max_contaminated", MAX_CONTAMINATED))
 
 
 def _import_pipeline(report: bool) -> None:
@@ -445,8 +451,8 @@ def _message(exc: BaseException, args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 done, 1 the run failed, 2 bad usage (arguments, paths, input), 130 interrupted
-    before OUTPUT was replaced (OUTPUT as it was)."""
+    """Exit codes: 0 done, 1 the run failed, 2 bad usage (arguments, paths, input), 3 stopped by
+    `--max-contaminated` (OUTPUT as it was), 130 interrupted before OUTPUT was replaced (OUTPUT as it was)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
@@ -485,6 +491,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
+        if isinstance(exc, TooContaminated):
+            print(f"dedup: stopped: {exc} OUTPUT was left as it was.", file=sys.stderr)
+            return 3
         print(f"dedup: error: {_message(exc, args)}", file=sys.stderr)
         return 2 if stage == "usage" or isinstance(exc, UsageError) else 1
 

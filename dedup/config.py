@@ -22,6 +22,9 @@ COMPONENT_MODES = ("auto", "client", "distributed")
 CLIENT_COMPONENT_EDGES = 20_000_000
 """`components="auto"` joins the confirmed edges on the client up to this many (16 bytes each there,
 about 50 while the union-find runs), on the cluster beyond."""
+MAX_CONTAMINATED = 0.1
+"""`--max-contaminated`: a run whose decontamination would remove more than this share of its input
+stops before publishing (a dry run only warns): an eval record that quotes boilerplate guts a corpus."""
 CLUSTER_MODES = ("connected", "centred")
 """`--clusters`: connected components of the confirmed graph (the contract's union-find), or
 clusters whose every member reaches the threshold with its survivor (docs/contract.md)."""

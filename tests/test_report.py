@@ -227,7 +227,7 @@ def test_long_words_are_shortened_on_the_page(client, tmp_path: Path) -> None:
     src = write_shards(pd.DataFrame({"id": [f"d{i}" for i in range(len(texts))], "text": texts}), tmp_path / "in", 1)
     evals = tmp_path / "eval.jsonl"
     evals.write_text(json.dumps({"question": quoted}) + "\n")
-    m = run(str(src), str(tmp_path / "out"), protected=[str(evals)])
+    m = run(str(src), str(tmp_path / "out"), protected=[str(evals)], max_contaminated=1)
     assert m["near_duplicates_dropped"] == 2 and m["contaminated_dropped"] == 1
     page = (tmp_path / "out" / "_report" / "index.html").read_text()
     assert len(page) < 400_000, len(page)

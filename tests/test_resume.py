@@ -42,7 +42,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _command(src: Path, prot: Path, out: Path, sched: Path, *more: str) -> list[str]:
     return [*DEDUP, "run", str(src), str(out), "--scheduler-file", str(sched), "--protected", str(prot),
-            "--partition-rows", "250", *more]
+            "--partition-rows", "250", "--max-contaminated", "1", *more]
 
 
 def _parquet_digests(out: Path) -> dict[str, str]:
@@ -226,3 +226,39 @@ def test_threads_resume_too(inputs: tuple[Path, Path], dask_processes: Path, bas
     upto = ORDER.index("roots") + 1
     assert resumed["reused"][:upto] == list(ORDER[:upto]) and resumed["from"] in ("write", "report"), resumed
     assert _parquet_digests(out) == baseline and not _staging(out)
+
+
+def test_an_edit_that_keeps_size_and_mtime_starts_over(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    """An input file rewritten with other texts of the same size (no compression, no statistics: the
+    same footer too) and its modification time set back, as `touch -r` or a build tool would: the rerun
+    does not take it for the file it recorded, says so and starts over; the output is that of the new texts."""
+    src, prot = tmp_path / "in", inputs[1]
+    src.mkdir()
+    frame = pd.read_parquet(inputs[0] / "shard-01.parquet")
+
+    def write(f: pd.DataFrame) -> None:
+        pq.write_table(pa.Table.from_pandas(f, preserve_index=False), src / "shard-01.parquet", compression="none",
+                       write_statistics=False)
+
+    write(frame)
+    shutil.copy(inputs[0] / "shard-02.parquet", src / "shard-02.parquet")
+    out = tmp_path / "out"
+    cmd = [*DEDUP, "run", str(src), str(out), "--protected", str(prot), "--threads", "1", "--max-contaminated", "1"]
+    _kill_after(cmd, "buckets:")
+    before = os.stat(src / "shard-01.parquet")
+    footer = pq.ParquetFile(src / "shard-01.parquet").metadata.to_dict()
+    edited = frame.copy()
+    edited.loc[0, "text"] = edited.loc[0, "text"][::-1]  # the same characters, so the same size
+    write(edited)
+    os.utime(src / "shard-01.parquet", ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(src / "shard-01.parquet")
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert pq.ParquetFile(src / "shard-01.parquet").metadata.to_dict() == footer
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stderr
+    assert "input file shard-01.parquet changed; starting over" in got.stderr, got.stderr
+    fresh = tmp_path / "fresh"
+    again = subprocess.run([*cmd[:4], str(src), str(fresh), *cmd[6:]],
+                           capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stderr
+    assert _parquet_digests(out) == _parquet_digests(fresh)

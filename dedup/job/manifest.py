@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dedup.config import Params
+from dedup.config import MAX_CONTAMINATED, Params
 from dedup.job.plan import Report
 from dedup.report.shown import shorten
 
@@ -59,9 +59,23 @@ def chained_warning(report: Report, params: Params) -> str | None:
             "--clusters centred keeps every removed document within the threshold of its survivor.")
 
 
-def warnings_of(report: Report, params: Params) -> list[str]:
+def contamination_guard(report: Report, max_share: float) -> str | None:
+    """The line that stops a run (or warns in a dry run) whose decontamination removes more than
+    `max_share` of its input, naming the share and the records that remove the most."""
+    if not report.input_rows or report.contaminated <= max_share * report.input_rows:
+        return None
+    top = sorted(report.contaminated_by_record, key=lambda r: (-r["documents"], r["file"], r["record"]))[:3]
+    named = "; ".join(f"{shorten(r['record'])} of {r['file']} ({r['documents']:,})" for r in top)
+    return (f"Decontamination would remove {report.contaminated:,} of {report.input_rows:,} documents "
+            f"({100 * report.contaminated / report.input_rows:.1f}%), above --max-contaminated {max_share:g}; "
+            f"most by {named}. Check those records are eval text, not boilerplate (--dry-run writes the page "
+            "that shows them), or raise --max-contaminated (1 turns the guard off).")
+
+
+def warnings_of(report: Report, params: Params, max_contaminated: float = MAX_CONTAMINATED) -> list[str]:
     """What a reader of the report must not miss."""
-    found = [record_warning(r, report.input_rows) for r in report.contaminated_by_record]
+    found = [contamination_guard(report, max_contaminated)]
+    found += [record_warning(r, report.input_rows) for r in report.contaminated_by_record]
     found.append(bucket_warning(report.approximated_buckets, params.max_bucket, report.largest_approximated_bucket))
     found.append(chained_warning(report, params))
     return [w for w in found if w]

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dedup.config import CLIENT_COMPONENT_EDGES, CLUSTER_MODES, COMPONENT_MODES, Params
+from dedup.config import CLIENT_COMPONENT_EDGES, CLUSTER_MODES, COMPONENT_MODES, MAX_CONTAMINATED, Params
 from dedup.core.decontam import PathLike, ProtectedNgrams
 from dedup.core.text import TEXT_DTYPE
 from dedup.job import memory, page_data, write
@@ -38,7 +38,7 @@ from dedup.job.contamination import contamination
 from dedup.job.features import feature_counts, features
 from dedup.job.graphs import persist
 from dedup.job.ids import check_unique_ids, conflict_counts, id_conflicts
-from dedup.job.manifest import chained_warning, versions, warnings_of
+from dedup.job.manifest import chained_warning, contamination_guard, versions, warnings_of
 from dedup.job.plan import Plan, Report, Stage, prepare
 from dedup.job.roots import roots
 from dedup.job.routing import ID_ROW_BYTES, route
@@ -51,7 +51,7 @@ from dedup.report import removed
 from dedup.report.shown import shown_repr
 from dedup.storage import index, io, stamps
 from dedup.storage import shards as shards_mod
-from dedup.storage.safety import MANIFEST, UsageError
+from dedup.storage.safety import MANIFEST, TooContaminated, UsageError
 from dedup.storage.staging import RESUME, deferred_interrupts
 
 log = logging.getLogger("dedup")
@@ -97,7 +97,7 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             null_id_files: Sequence[str] = (), details: bool = False, against: Sequence[index.IndexPart] = (),
             skip_existing: bool = False, index_out: str | None = None, spill_dir: str | None = None,
             rows: int | None = None, kept: Checkpoints | None = None, cluster_size: bool = False,
-            keep: str | None = None, clusters: str = "connected") -> Decisions:
+            keep: str | None = None, clusters: str = "connected", max_contaminated: float | None = None) -> Decisions:
     """Run the stages; the report gets every count. `locate` maps a document key to (file, row);
     `details` also finds each clustered document's closest match (for `_report/removed.parquet`),
     and the page's summaries (`Decisions.clusters`, `Decisions.examples`) with the counts of their stages.
@@ -112,7 +112,9 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
     "min"): each cluster's root is the member with the largest (smallest) `--keep-by` value, which
     the input frame carries as `_keep`. `clusters` ("connected" or "centred"): with "centred", members
     below the threshold with their survivor are clustered again (`dedup.job.survivors`), which also
-    scores every member against its survivor for the report when `details`."""
+    scores every member against its survivor for the report when `details`. `max_contaminated`: a share
+    of the input; once the contamination stage has counted more contaminated documents than that, the
+    run stops (`TooContaminated`), before the near-dedup stages."""
     if components not in COMPONENT_MODES:
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
     kept = kept or Checkpoints.nowhere()
@@ -140,6 +142,8 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
                 report.contaminated_records = got.records
                 stage.summary = f"{report.contaminated} documents hit {got.records} protected record(s)"
                 stage.keep(tables={"examples": examples})
+        if max_contaminated is not None and (stop := contamination_guard(report, max_contaminated)):
+            raise TooContaminated(stop)
     if not near:
         return Decisions(feat, None, None, None, examples)
     layout = index.Layout.gathering(against, feat.npartitions) if against else None
@@ -457,7 +461,8 @@ def _write(plan: Plan) -> report_page.Extras:
             index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
             spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards), kept=kept,
             cluster_size=plan.cluster_size and plan.near,
-            keep=plan.keep_by[1] if keep is not None and plan.keep_by else None, clusters=plan.clusters)
+            keep=plan.keep_by[1] if keep is not None and plan.keep_by else None, clusters=plan.clusters,
+            max_contaminated=None if plan.dry_run else plan.max_contaminated)
         # reused whole, or else the partitions an interrupted run wrote (kept as each finished), and the rest written
         written = kept.reused("write") is not None
         inputs = shared((groups, plan.schema))
@@ -580,7 +585,7 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
         "protected_files": list(prot.files) if prot else [],
         "versions": versions(), "seconds": report.seconds,
         "dry_run": plan.dry_run, "similarity_histogram": report.similarity_histogram,
-        "warnings": warnings_of(report, params),
+        "warnings": warnings_of(report, params, plan.max_contaminated), "max_contaminated": plan.max_contaminated,
         "report": removed.PAGE if plan.write_report else None,
         "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,
         "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
@@ -643,7 +648,7 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
         partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
         against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True,
         restart: bool = False, cluster_size: bool = False, keep_by: str | None = None,
-        clusters: str = "connected") -> dict[str, Any]:
+        clusters: str = "connected", max_contaminated: float = MAX_CONTAMINATED) -> dict[str, Any]:
     """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
 
     Runs on the active distributed client (or the local scheduler without one). OUTPUT mirrors
@@ -663,13 +668,16 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
     "COLUMN:min"): the member of each cluster with the largest (smallest) value of COLUMN survives,
     ties and nulls to the smallest id (docs/contract.md). `clusters`: "connected" (the contract's
     union-find) or "centred" (every removed document reaches the threshold with its cluster's survivor).
+    `max_contaminated`: a run whose decontamination would remove more than this share of the input
+    raises `TooContaminated` before publishing, OUTPUT as it was (a dry run only warns; 1: no guard).
     When it returns, the job holds nothing in the cluster's memory.
     """
     plan = prepare(input, output, protected=protected, near=near, id_column=id_column, text_column=text_column,
                    params=params, drop=drop, overwrite=overwrite, components=components, retries=retries,
                    features_on_disk=features_on_disk, partition_rows=partition_rows, dry_run=dry_run,
                    write_report=write_report, against=against, skip_existing=skip_existing, write_index=write_index,
-                   restart=restart, cluster_size=cluster_size, keep_by=keep_by, clusters=clusters)
+                   restart=restart, cluster_size=cluster_size, keep_by=keep_by, clusters=clusters,
+                   max_contaminated=max_contaminated)
     try:
         return execute(plan)
     finally:

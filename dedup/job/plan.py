@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import pyarrow as pa
 
-from dedup.config import CLUSTER_MODES, COMPONENT_MODES, Params
+from dedup.config import CLUSTER_MODES, COMPONENT_MODES, MAX_CONTAMINATED, Params
 from dedup.storage import shards as shards_mod
 from dedup.storage.safety import UsageError, check_output, expand_protected, input_places, read_manifest
 from dedup.storage.staging import INTERRUPT_REQUESTED, Staging
@@ -153,6 +153,8 @@ class Plan:
     """`--keep-by`: (column, "max" or "min")."""
     clusters: str = "connected"
     """`--clusters`: "connected" or "centred" (`dedup.config.CLUSTER_MODES`)."""
+    max_contaminated: float = MAX_CONTAMINATED
+    """`--max-contaminated`: the share of the input decontamination may remove before the run stops."""
     kept: Any = None
     """The stage results kept as the job goes (`dedup.job.checkpoints.Checkpoints`, made when it starts)."""
 
@@ -215,15 +217,16 @@ def _warn_unspaced(shards: Sequence[shards_mod.Shard], text_column: str) -> None
 def fingerprint(shards: Sequence[shards_mod.Shard], params: Params, options: dict[str, Any],
                 protected: ProtectedNgrams | None, against: Sequence[IndexPart]) -> dict[str, Any]:
     """What a run's results depend on: dedup's version, the parameters and options, the protected
-    text (`ProtectedNgrams.digest`), the earlier indexes, and each input file's size and
-    modification time (or etag). Two runs with equal fingerprints compute the same stage results."""
+    text (`ProtectedNgrams.digest`), the earlier indexes, and each input file's version (its file
+    system's identity of it, `stamps.file_versions`, and its footer's hash). Two runs with equal
+    fingerprints compute the same stage results."""
     from dedup.job.manifest import versions
     from dedup.storage.stamps import file_versions
 
     return {"version": versions(), "parameters": params.as_dict(), "options": options,
             "protected": protected.digest() if protected is not None else None,
             "against": [p.uid for p in against],
-            "input": {s.name: v for s, v in zip(shards, file_versions([s.path for s in shards]))}}
+            "input": {s.name: {**v, "footer": s.footer} for s, v in zip(shards, file_versions([s.path for s in shards]))}}
 
 
 def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True,
@@ -233,7 +236,7 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
             partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
             against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True,
             restart: bool = False, cluster_size: bool = False, keep_by: str | None = None,
-            clusters: str = "connected") -> Plan:
+            clusters: str = "connected", max_contaminated: float = MAX_CONTAMINATED) -> Plan:
     """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right.
 
     against: earlier OUTPUTs whose indexes this run's documents are compared with (near-dedup only).
@@ -249,6 +252,10 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
         raise UsageError(f"--clusters must be one of {', '.join(CLUSTER_MODES)}. Got {clusters!r} instead.")
     if clusters != "connected" and not near:
         raise UsageError("--clusters says how near duplicates are clustered; it needs `run` or `near`.")
+    if isinstance(max_contaminated, bool) or not isinstance(max_contaminated, (int, float)) or \
+            not 0 <= max_contaminated <= 1:
+        raise UsageError(f"--max-contaminated is a share of the input, from 0 to 1 (1 turns the guard off). Got "
+                         f"{max_contaminated!r} instead.")
     if isinstance(partition_rows, bool) or not isinstance(partition_rows, int) or partition_rows < 1:
         raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {partition_rows!r} instead.")
     files = shards_mod.discover(input)
@@ -305,6 +312,7 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
                  big[0][0].path, big[0][1], partition_rows)
     return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, components,
                 retries, features_on_disk, dry_run, write_report, staging, report, start, parts, skip_existing,
-                write_index, cluster_size=cluster_size, keep_by=keep, clusters=clusters)
+                write_index, cluster_size=cluster_size, keep_by=keep, clusters=clusters,
+                max_contaminated=float(max_contaminated))
 
 

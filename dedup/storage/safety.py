@@ -28,6 +28,11 @@ class UsageError(ValueError):
     """A problem with the arguments, paths or input found before any work starts (CLI exit 2)."""
 
 
+class TooContaminated(RuntimeError):
+    """Decontamination would remove more than `--max-contaminated` of the input: the run stops before
+    publishing (the CLI's exit 3), OUTPUT as it was."""
+
+
 def is_url(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 

@@ -54,6 +54,8 @@ class Shard:
     schema: pa.Schema
     group_rows: tuple[int, ...] = ()
     group_bytes: tuple[int, ...] = ()
+    footer: str = ""
+    """The hash of its Parquet footer (`dedup.storage.stamps.footer_digest`): part of what identifies its version."""
 
 
 @dataclass(frozen=True)
@@ -142,14 +144,17 @@ def output_names(files: Sequence[str]) -> list[str]:
     return names
 
 
-def _footer(path: str) -> tuple[int, int, pa.Schema, tuple[int, ...], tuple[int, ...]] | Exception:
+def _footer(path: str) -> tuple[int, int, pa.Schema, tuple[int, ...], tuple[int, ...], str] | Exception:
+    from dedup.storage.stamps import MAGIC, footer_digest, read_footer
+
     try:
         with open_input(path) as fh:
-            pf = pq.ParquetFile(fh)
-            md = pf.metadata
+            footer, end = read_footer(fh, fh.seek(0, 2), path)
+            md = pq.read_metadata(pa.BufferReader(MAGIC + footer + end))
             groups = [md.row_group(i) for i in range(md.num_row_groups)]
             sizes = tuple(g.total_byte_size for g in groups)
-            return md.num_rows, sum(sizes), pf.schema_arrow, tuple(g.num_rows for g in groups), sizes
+            return (md.num_rows, sum(sizes), md.schema.to_arrow_schema(), tuple(g.num_rows for g in groups), sizes,
+                    footer_digest(footer))
     except Exception as exc:  # pyarrow raises several types for bad files
         return UsageError(f"Input file {path!r} is not a readable Parquet file ({type(exc).__name__}: {exc}). "
                           "Remove it from the input or repair it.")

@@ -34,21 +34,33 @@ def stamp(fs: Any, path: str) -> dict[str, Any]:
         size = int(fs.size(path))
     except FileNotFoundError:
         raise Damaged(f"{path} is missing") from None
-    if size < 12:
-        raise Damaged(f"{path} is not a Parquet file ({size} bytes)")
     with fs.open(path, "rb") as fh:
-        fh.seek(size - 8)
-        end = fh.read(8)
-        length = struct.unpack("<i", end[:4])[0]
-        if end[4:] != MAGIC or not 0 < length <= size - 12:
-            raise Damaged(f"{path} is not a Parquet file (no footer: truncated or overwritten?)")
-        fh.seek(size - 8 - length)
-        footer = fh.read(length)
+        footer, end = read_footer(fh, size, path)
     try:
         rows = pq.read_metadata(pa.BufferReader(MAGIC + footer + end)).num_rows
     except (OSError, ValueError) as exc:
         raise Damaged(f"{path} has an unreadable Parquet footer ({exc})") from None
-    return {"size": size, "rows": int(rows), "footer": hashlib.blake2b(footer, digest_size=16).hexdigest()}
+    return {"size": size, "rows": int(rows), "footer": footer_digest(footer)}
+
+
+def read_footer(fh: Any, size: int, path: str) -> tuple[bytes, bytes]:
+    """The footer bytes of the open Parquet file `fh` of `size` bytes, and its last 8 bytes (length and
+    magic): two small reads; raises `Damaged` when there is none."""
+    if size < 12:
+        raise Damaged(f"{path} is not a Parquet file ({size} bytes)")
+    fh.seek(size - 8)
+    end = fh.read(8)
+    length = struct.unpack("<i", end[:4])[0]
+    if end[4:] != MAGIC or not 0 < length <= size - 12:
+        raise Damaged(f"{path} is not a Parquet file (no footer: truncated or overwritten?)")
+    fh.seek(size - 8 - length)
+    return fh.read(length), end
+
+
+def footer_digest(footer: bytes) -> str:
+    """A Parquet footer's hash: it holds every column chunk's offsets, sizes and statistics, so a file
+    rewritten with other values almost always has another."""
+    return hashlib.blake2b(footer, digest_size=16).hexdigest()
 
 
 def stamps(fs: Any, root: str, names: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -104,8 +116,10 @@ VERSION_KEYS = ("mtime", "ETag", "etag", "LastModified", "last_modified", "updat
 
 
 def file_versions(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """The size and modification time (or etag) of each file, as its file system reports them (one
-    request each, a few at a time): a file rewritten since has another."""
+    """What identifies the version of each file, as its file system reports it (one request each, a few
+    at a time). A local file: its size, modification and change times and inode (a write, a copy or a
+    rename changes the change time or the inode, whatever the modification time was set back to); an
+    object: its size and etag, version or generation. `dedup.job.plan.fingerprint` adds the footer's hash."""
     import os
 
     import fsspec
@@ -115,7 +129,8 @@ def file_versions(paths: Sequence[str]) -> list[dict[str, Any]]:
     def version(path: str) -> dict[str, Any]:
         if not is_url(path):  # a local name as it is (`::` or `[` in it are part of the name)
             st = os.stat(path.removeprefix("file://"))
-            return {"size": st.st_size, "mtime": str(st.st_mtime_ns)}
+            return {"size": st.st_size, "mtime": str(st.st_mtime_ns), "ctime": str(st.st_ctime_ns),
+                    "inode": f"{st.st_dev}:{st.st_ino}"}
         fs, p = fsspec.core.url_to_fs(path)
         info = fs.info(p)
         return {"size": int(info.get("size") or 0),
