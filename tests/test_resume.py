@@ -262,3 +262,32 @@ def test_an_edit_that_keeps_size_and_mtime_starts_over(inputs: tuple[Path, Path]
                            capture_output=True, text=True, timeout=240)
     assert again.returncode == 0, again.stderr
     assert _parquet_digests(out) == _parquet_digests(fresh)
+
+
+def test_a_damaged_kept_stage_is_named_and_computed_again(inputs: tuple[Path, Path], dask_processes: Path,
+                                                          baseline: dict[str, str], tmp_path: Path) -> None:
+    """A kept part truncated, then a kept table overwritten: the rerun names the file, computes that
+    stage and the ones after it again (never failing the same way twice), and writes what an
+    uninterrupted run writes."""
+    out = tmp_path / "out"
+    cmd = [arg for arg in _command(*inputs, out, dask_processes) if arg not in ("--scheduler-file", str(dask_processes))]
+    cmd += ["--threads", "2"]
+    _kill_after(cmd, "roots:")
+    [staging] = _staging(out)
+    part = sorted((staging / "_stages" / "confirm" / "graph").glob("part-*.parquet"))[0]
+    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stderr
+    assert f"a kept result of the interrupted run is damaged ({part} is not a Parquet file" in got.stderr, got.stderr
+    assert "computing confirm, components, survivors, roots again" in got.stderr
+    resumed = json.loads((out / "_dedup.json").read_text())["resumed"]
+    assert resumed == {"from": "confirm", "reused": ["features", "contamination", "buckets"]}, resumed
+    assert _parquet_digests(out) == baseline
+    _kill_after([*cmd, "--overwrite"], "roots:")
+    [staging] = _staging(out)
+    table = staging / "_stages" / "roots" / "summary.pkl"
+    table.write_bytes(b"not the pickle that was kept")
+    got = subprocess.run([*cmd, "--overwrite"], capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stderr
+    assert f"({table} is not the file that was kept (28 bytes)): computing roots again" in got.stderr, got.stderr
+    assert _parquet_digests(out) == baseline and not _staging(out)

@@ -7,11 +7,16 @@ and the report as it stood. The staging directory also holds the run's fingerpri
 (`Staging`) and reuses every finished stage (`Checkpoints.reused`); the write stage also reuses each
 partition it finished (`dedup.job.write`). Nothing stale can be reused: any change of input file,
 protected file, parameter, option or version changes the fingerprint, and the run starts over.
+Each `_done.json` also records the stamp of every file the stage kept (a Parquet part's size, rows
+and footer hash; a pickle's size and hash): before anything is reused, every stage's files are
+checked, and from the first stage with a file missing or damaged on, the stages are computed again,
+with a line naming the file (`Checkpoints.verify`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import pickle
@@ -25,6 +30,7 @@ import pyarrow as pa
 
 from dedup.job.compute import compute
 from dedup.job.plan import Report
+from dedup.storage import stamps
 from dedup.storage.staging import Staging
 
 log = logging.getLogger("dedup")
@@ -55,9 +61,50 @@ class Checkpoints:
                     self.done[stage] = json.load(fh)
             except (FileNotFoundError, ValueError):
                 continue
+        self.verify()
         self.reused_stages = [s for s in ORDER if s in self.done]
         if self.done:
             staging.keep = True
+
+    def verify(self) -> None:
+        """Keep only the stages before the first whose kept files are not all there as they were
+        written (each stage reads the ones before it): that one and the rest are computed again, and
+        their marks are removed, so that a damaged file can never stop the same command twice."""
+        assert self.staging is not None
+        for i, stage in enumerate(s for s in ORDER if s in self.done):
+            problem = self._damaged(stage)
+            if problem is None:
+                continue
+            dropped = [s for s in ORDER if s in self.done][i:]
+            log.warning("a kept result of the interrupted run is damaged (%s): computing %s again", problem,
+                        ", ".join(dropped))
+            for s in dropped:
+                del self.done[s]
+                self.staging.fs.rm(f"{self.root}/{s}/{DONE}")
+            return
+
+    def _damaged(self, stage: str) -> str | None:
+        """What is wrong with the files `stage` kept, or None when each is the one it wrote."""
+        assert self.staging is not None
+        fs, files = self.staging.fs, self.done[stage].get("files")
+        if not isinstance(files, dict):
+            return f"{self.root}/{stage}/{DONE} records no files"
+        parquet = {n: s for n, s in files.items() if "footer" in s}
+        try:
+            stamps.verify(fs, self.root, parquet)
+        except stamps.Damaged as exc:
+            return str(exc)
+        for name, want in files.items():
+            if name in parquet:
+                continue
+            try:
+                with fs.open(f"{self.root}/{name}", "rb") as fh:
+                    blob = fh.read()
+            except FileNotFoundError:
+                return f"{self.root}/{name} is missing"
+            if _digest(blob) != want.get("digest"):
+                return f"{self.root}/{name} is not the file that was kept ({len(blob):,} bytes)"
+        return None
 
     @classmethod
     def nowhere(cls) -> Checkpoints:
@@ -118,20 +165,30 @@ class Checkpoints:
         fs = self.staging.fs
         fs.makedirs(f"{self.root}/{stage}", exist_ok=True)
         kept = {name: f for name, f in (frames or {}).items() if f is not None}
+        files: dict[str, dict[str, Any]] = {}  # the stamp of every file kept, relative to the stages' root
+
+        def put(name: str, value: Any) -> None:
+            blob = pickle.dumps(value)
+            with fs.open(f"{self.root}/{name}", "wb") as fh:
+                fh.write(blob)
+            files[name] = {"size": len(blob), "digest": _digest(blob)}
+
         for name, f in {**kept, **(written or {})}.items():
             fs.makedirs(f"{self.root}/{stage}/{name}", exist_ok=True)
-            with fs.open(f"{self.root}/{stage}/{name}/{META}", "wb") as fh:
-                pickle.dump(f._meta, fh)
-        lazy = [f.map_partitions(_write_part, self._part(stage, name, "{}"), meta={"rows": "int64"})
+            put(f"{stage}/{name}/{META}", f._meta)
+        lazy = [f.map_partitions(_write_part, self._part(stage, name, "{}"), meta=PART_STAMP_META)
                 for name, f in kept.items()]
-        if lazy:
-            compute(*lazy)
+        for name, got in zip(kept, compute(*lazy) if lazy else []):  # stamped by the tasks that wrote them
+            for i, row in enumerate(got.itertuples(index=False)):
+                files[f"{stage}/{name}/part-{i:06d}.parquet"] = {"size": row.size, "rows": row.rows, "footer": row.footer}
+        for name, f in (written or {}).items():
+            parts = [f"{stage}/{name}/part-{i:06d}.parquet" for i in range(f.npartitions)]
+            files.update(stamps.stamps(fs, self.root, parts))
         saved = [name for name, t in (tables or {}).items() if t is not None]
         for name in saved:
-            with fs.open(f"{self.root}/{stage}/{name}.pkl", "wb") as fh:
-                pickle.dump((tables or {})[name], fh)
+            put(f"{stage}/{name}.pkl", (tables or {})[name])
         done = {"values": dict(values or {}), "report": dataclasses.asdict(report), "tables": saved,
-                "frames": {name: f.npartitions for name, f in {**kept, **(written or {})}.items()}}
+                "frames": {name: f.npartitions for name, f in {**kept, **(written or {})}.items()}, "files": files}
         with fs.open(f"{self.root}/{stage}/{DONE}", "w") as fh:
             json.dump(done, fh)
         self.staging.keep = True
@@ -158,10 +215,24 @@ class Checkpoints:
         return {"from": self.first_run or "commit", "reused": list(self.reused_stages)}
 
 
+PART_STAMP_META = pd.DataFrame({"size": pd.Series(dtype="int64"), "rows": pd.Series(dtype="int64"),
+                                "footer": pd.Series(dtype=object)})
+
+
 def _write_part(frame: pd.DataFrame, pattern: str, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Write one partition of a kept frame; its stamp (`dedup.storage.stamps.stamp`), for the resume's check."""
+    import fsspec
+
     assert partition_info is not None
-    write_part(frame, pattern.format(f"{partition_info['number']:06d}"))
-    return pd.DataFrame({"rows": [len(frame)]})
+    path = pattern.format(f"{partition_info['number']:06d}")
+    write_part(frame, path)
+    fs, local = fsspec.core.url_to_fs(path)
+    got = stamps.stamp(fs, local)
+    return pd.DataFrame({"size": [got["size"]], "rows": [got["rows"]], "footer": [got["footer"]]})
+
+
+def _digest(blob: bytes) -> str:
+    return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
 
 def write_part(frame: pd.DataFrame, path: str) -> None:
@@ -204,8 +275,12 @@ def resumable(task: Callable[..., pd.DataFrame], marks: str | None, *args: Any,
     path = f"{marks}/part-{partition_info['number']:06d}.pkl"
     fs, local = fsspec.core.url_to_fs(path)
     if fs.exists(local):
-        with fs.open(local, "rb") as fh:
-            return pickle.load(fh)
+        try:
+            with fs.open(local, "rb") as fh:
+                return pickle.load(fh)
+        except Exception as exc:  # a damaged mark: the partition is written again, as if it had none
+            logging.getLogger("distributed.worker").warning("dedup: the mark %s is damaged (%s): writing the "
+                                                            "partition again", path, exc)
     out = task(*args, partition_info=partition_info)
     check_live(fs, local)
     io.write_atomic(path, lambda fh: pickle.dump(out, fh))
