@@ -110,19 +110,47 @@ def test_csv_evals_in_a_directory_and_the_dataset_card_skipped(tmp_path: Path, t
 
 
 def test_unspaced_scripts_under_word_shingles_are_warned_of(tmp_path: Path, texts: list[str]) -> None:
-    """A corpus of Chinese text gets one warning line naming --shingle-unit char; with it, none."""
+    """A corpus that is 91% Chinese, in one big file beside a small English one, gets one warning line
+    naming the share and --shingle-unit char, in the log, the manifest's warnings and on the page; with
+    char shingles, none; nor does an English corpus with a few Chinese texts (5%)."""
     src = tmp_path / "in"
     src.mkdir()
-    zh = ["这是一个关于数据清洗的测试文档，用来检查近似重复的检测是否正确。" * 3 + str(i) for i in range(50)]
-    pd.DataFrame({"id": range(50), "text": zh}).to_parquet(src / "zh.parquet", index=False)
+    zh = ["这是一个关于数据清洗的测试文档，用来检查近似重复的检测是否正确。" * 3 + str(i) for i in range(455)]
+    pd.DataFrame({"id": range(455), "text": zh}).to_parquet(src / "zh.parquet", index=False, row_group_size=100)
+    pd.DataFrame({"id": range(1000, 1045), "text": texts[:45]}).to_parquet(src / "en.parquet", index=False)
     word = run_dedup("near", str(src), str(tmp_path / "o1"), "--threads", "2")
     assert word.returncode == 0, word.stderr
     lines = [line for line in word.stderr.splitlines() if "written without spaces" in line]
-    assert len(lines) == 1 and "32 of 32 sampled texts" in lines[0] and "--shingle-unit char" in lines[0]
+    assert len(lines) == 1 and "455 of 500 sampled texts (91%)" in lines[0] and "--shingle-unit char" in lines[0]
+    warnings = json.loads((tmp_path / "o1" / "_dedup.json").read_text())["warnings"]
+    assert [w for w in warnings if "written without spaces" in w] == [lines[0].split("WARNING ", 1)[1]]
+    assert "455 of 500 sampled texts (91%)" in (tmp_path / "o1" / "_report" / "index.html").read_text()
     char = run_dedup("near", str(src), str(tmp_path / "o2"), "--threads", "2", "--shingle-unit", "char")
     assert char.returncode == 0 and "written without spaces" not in char.stderr
     en = tmp_path / "en"
     en.mkdir()
-    pd.DataFrame({"id": range(len(texts)), "text": texts}).to_parquet(en / "en.parquet", index=False)
+    few = [*texts[:285], *zh[:15]]  # 5%
+    pd.DataFrame({"id": range(len(few)), "text": few}).to_parquet(en / "en.parquet", index=False)
     english = run_dedup("near", str(en), str(tmp_path / "o3"), "--threads", "2")
     assert english.returncode == 0 and "written without spaces" not in english.stderr
+
+
+def test_the_sample_reads_every_file_in_proportion_to_its_rows(tmp_path: Path, texts: list[str]) -> None:
+    """The texts sampled before any work: each file's share of them is its share of the rows, and a
+    corpus 43% of whose texts are Chinese, interleaved with English, is warned of."""
+    from dedup.core.text import unspaced
+    from dedup.job.plan import unspaced_warning
+    from dedup.storage.shards import discover, read_footers, sample_texts
+
+    zh = ["这是一个关于数据清洗的测试文档，用来检查近似重复的检测是否正确。" + str(i) for i in range(300)]
+    mixed = [zh[i] if i % 100 < 43 else texts[i] for i in range(300)]
+    pd.DataFrame({"text": mixed * 4}).to_parquet(tmp_path / "a.parquet", index=False, row_group_size=64)
+    pd.DataFrame({"text": texts[:100]}).to_parquet(tmp_path / "b.parquet", index=False)
+    shards = read_footers(discover(str(tmp_path)))
+    sample = sample_texts(shards, "text", rows=260)
+    assert len(sample) == 260
+    from_b = sum(t in set(texts[:100]) and t not in set(mixed) for t in sample)
+    assert from_b == 20  # 100 of the 1,300 rows
+    hits = sum(map(unspaced, sample))
+    assert 0.35 * 260 < hits < 0.45 * 260
+    assert unspaced_warning(hits, len(sample)) is not None and unspaced_warning(25, 260) is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dedup.config import MAX_CONTAMINATED, Params
-from dedup.job.plan import Report
+from dedup.job.plan import Report, unspaced_warning
 from dedup.report.shown import shorten
 
 
@@ -74,7 +74,7 @@ def contamination_guard(report: Report, max_share: float) -> str | None:
 
 def warnings_of(report: Report, params: Params, max_contaminated: float = MAX_CONTAMINATED) -> list[str]:
     """What a reader of the report must not miss."""
-    found = [contamination_guard(report, max_contaminated)]
+    found = [unspaced_warning(*report.unspaced), contamination_guard(report, max_contaminated)]
     found += [record_warning(r, report.input_rows) for r in report.contaminated_by_record]
     found.append(bucket_warning(report.approximated_buckets, params.max_bucket, report.largest_approximated_bucket))
     found.append(chained_warning(report, params))

@@ -32,6 +32,8 @@ class Report:
 
     input_rows: int = 0
     contaminated: int = 0
+    unspaced: list[int] = field(default_factory=lambda: [0, 0])
+    """Of the texts sampled before the run (word shingles only): those in scripts written without spaces, and all."""
     contaminated_by_file: dict[str, int] = field(default_factory=dict)
     contaminated_by_record: list[dict[str, Any]] = field(default_factory=list)
     contaminated_records: int = 0
@@ -197,21 +199,30 @@ def _check_positions(found: Sequence[shards_mod.Shard], parts: Sequence[IndexPar
                 "with --id-column.")
 
 
-UNSPACED_WARN_SHARE = 0.5
-"""Under word shingles, a warning when more than this share of a sample of texts is of scripts
-written without spaces (`dedup.core.text.unspaced`)."""
+UNSPACED_WARN_SHARE = 0.1
+"""Under word shingles, a warning when at least this share of a sample of texts (`shards.sample_texts`)
+is of scripts written without spaces (`dedup.core.text.unspaced`): a mixed corpus too."""
 
 
-def _warn_unspaced(shards: Sequence[shards_mod.Shard], text_column: str) -> None:
-    """One line when the corpus looks mostly Chinese, Japanese, Thai or the like under word shingles."""
+def unspaced_warning(hits: int, sampled: int) -> str | None:
+    """The warning for a corpus of which a meaningful share is Chinese, Japanese, Thai or the like,
+    under word shingles (`hits` of `sampled` texts)."""
+    if not sampled or hits < UNSPACED_WARN_SHARE * sampled:
+        return None
+    return (f"{hits} of {sampled} sampled texts ({100 * hits / sampled:.0f}%) are mostly in scripts written without "
+            "spaces (Chinese, Japanese, Thai, ...): word shingles see each run of them as one word and miss their near "
+            "duplicates; use --shingle-unit char (or run those texts apart from the rest with it)")
+
+
+def _warn_unspaced(shards: Sequence[shards_mod.Shard], text_column: str, report: Report) -> None:
+    """Sample the corpus; one line when a meaningful share of it is unspaced text under word shingles
+    (also in the manifest's warnings and on the page, from `report.unspaced`)."""
     from dedup.core.text import unspaced
 
     sample = shards_mod.sample_texts(shards, text_column)
-    hits = sum(map(unspaced, sample))
-    if sample and hits > UNSPACED_WARN_SHARE * len(sample):
-        log.warning("%d of %d sampled texts are mostly in scripts written without spaces (Chinese, Japanese, Thai, "
-                    "...): word shingles see each run of them as one word and miss their near duplicates; use "
-                    "--shingle-unit char", hits, len(sample))
+    report.unspaced = [sum(map(unspaced, sample)), len(sample)]
+    if warning := unspaced_warning(*report.unspaced):
+        log.warning("%s", warning)
 
 
 def fingerprint(shards: Sequence[shards_mod.Shard], params: Params, options: dict[str, Any],
@@ -281,7 +292,7 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
         raise UsageError(f"The input already has a {shards_mod.SIZE_COLUMN!r} column; rename or drop it first.")
     keep = _keep_by(keep_by, schema, near) if keep_by else None
     if near and params.shingle_unit == "word":
-        _warn_unspaced(found, text_column)
+        _warn_unspaced(found, text_column, report)
     parts: list[IndexPart] = []
     if against:
         from dedup.storage import index
