@@ -213,6 +213,18 @@ def _quiet_libraries(verbose: bool, cluster: bool) -> None:
 
     for name in ("distributed", "bokeh", "tornado", "numba", "fsspec", "asyncio"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    for name in ("asyncio", "distributed.client"):
+        logging.getLogger(name).addFilter(_replaced)
+
+
+def _replaced(record: logging.LogRecord) -> bool:
+    """False for the library records that the CLI's own line replaces: the client's gathers ended by an
+    interrupt (asyncio's "Task exception was never retrieved ... AllExit" traceback) and the client's
+    "Failed to reconnect to scheduler" (the run ends with a line naming the lost scheduler)."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is not None and type(exc).__name__ == "AllExit":
+        return False
+    return not (record.name == "distributed.client" and record.getMessage().startswith("Failed to reconnect"))
 
 
 def _check_runtime(args: argparse.Namespace) -> None:
@@ -442,9 +454,11 @@ def _message(exc: BaseException, args: argparse.Namespace) -> str:
             return (f"lost the connection to the scheduler ({type(seen).__name__}: {seen}): it stopped, restarted or "
                     "could not be reached. OUTPUT was left as it was; run the job again once the scheduler is back.")
         seen = seen.__cause__ or seen.__context__
-    if type(exc).__name__ in ("FuturesCancelledError", "CancelledError"):  # distributed's: a lost scheduler
+    if any(c.__name__ in ("FutureCancelledError", "FuturesCancelledError", "CancelledError")
+           for c in type(exc).__mro__):  # distributed's: a lost scheduler; never the task's key
         lines = str(exc).splitlines()
-        reason = next((line.split("for reason:", 1)[1].strip(" .") for line in lines if "for reason:" in line), "unknown")
+        reason = getattr(exc, "reason", None) or next(
+            (line.split("for reason:", 1)[1].strip(" .") for line in lines if "for reason:" in line), "unknown")
         return (f"the scheduler cancelled the job's tasks (reason: {reason}): it stopped, restarted or could not be "
                 "reached. OUTPUT was left as it was; run the job again once the scheduler is back.")
     return str(exc).strip() or f"{type(exc).__name__} (no message; run with --verbose for the traceback)"
@@ -494,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, TooContaminated):
             print(f"dedup: stopped: {exc} OUTPUT was left as it was.", file=sys.stderr)
             return 3
-        print(f"dedup: error: {_message(exc, args)}", file=sys.stderr)
+        print(f"dedup: error: {' '.join(_message(exc, args).split())}", file=sys.stderr)  # one line
         return 2 if stage == "usage" or isinstance(exc, UsageError) else 1
 
 

@@ -72,3 +72,30 @@ def test_the_run_token_never_reaches_output(tmp_path: Path, corpus_frame: pd.Dat
     assert got.returncode == 0, got.stderr
     assert not (tmp_path / "out" / LIVE).exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+
+
+def test_a_cancelled_gather_and_an_interrupted_one_read_as_one_line() -> None:
+    """A lost scheduler's cancelled futures give one line naming the reason, never the task's key;
+    asyncio's report of a gather ended by an interrupt (AllExit) and the client's reconnect error
+    are left out of the log (the CLI's own line replaces them)."""
+    import argparse
+    import logging
+
+    from distributed.client import AllExit, FutureCancelledError
+
+    from dedup.cli import _message, _replaced
+
+    exc = FutureCancelledError(("kept-graph-0123abcd", 3), "scheduler-connection-lost", "Client lost the connection.")
+    said = _message(exc, argparse.Namespace(output="out"))
+    assert "\n" not in said and "kept-graph" not in said and "scheduler-connection-lost" in said, said
+    try:
+        raise AllExit()
+    except AllExit:
+        import sys
+
+        gathered = logging.LogRecord("asyncio", logging.ERROR, __file__, 1, "Task exception was never retrieved", None,
+                                     sys.exc_info())
+    lost = logging.LogRecord("distributed.client", logging.ERROR, __file__, 1,
+                             "Failed to reconnect to scheduler after %.2f seconds, closing client", (5.0,), None)
+    other = logging.LogRecord("asyncio", logging.ERROR, __file__, 1, "something else", None, None)
+    assert [_replaced(r) for r in (gathered, lost, other)] == [False, False, True]

@@ -204,6 +204,10 @@ def test_a_lost_scheduler_resumes_on_a_new_one(inputs: tuple[Path, Path], baseli
     _, err = proc.communicate(timeout=240)
     assert proc.returncode == 1, seen + err
     assert "are kept in" in err and "the same command resumes from them" in err, err
+    # one line says what happened: no traceback, no library's own error line, no task key
+    assert "Traceback" not in err and "distributed.client" not in err and "asyncio" not in err, err
+    [line] = [x for x in err.splitlines() if x.startswith("dedup: error:")]
+    assert "scheduler" in line and "OUTPUT was left as it was" in line and "kept-" not in line, line
     second = _cluster(tmp_path / "second", own_cluster)
     got = subprocess.run(_command(*inputs, out, second), capture_output=True, text=True, timeout=240)
     assert got.returncode == 0, got.stderr
