@@ -21,8 +21,8 @@ from dedup.config import (
     CLUSTER_MODES,
     COMPONENT_MODES,
     CONFIRM_MODES,
-    MAX_CONTAMINATED,
     DEFAULT_SHINGLE_SIZE,
+    MAX_CONTAMINATED,
     PARTITION_ROWS,
     SHINGLE_UNITS,
     Params,
@@ -150,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="INPUT: a Parquet file, a directory of shards, a glob or an fsspec URL. "
                                             "OUTPUT: the same shards (same names, same schema plus minhash_cluster) plus "
                                             "_dedup.json, the manifest that marks it complete. Exit codes: 0 done, 1 the "
-                                            "run failed, 2 bad usage, 3 stopped by --max-contaminated, 130 interrupted (OUTPUT as it was). The contract: "
-                                            "docs/contract.md.")
+                                            "run failed, 2 bad usage, 3 stopped by --max-contaminated, 130 interrupted "
+                                            "(OUTPUT as it was). The contract: docs/contract.md.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     specs = [
         ("run", "decontaminate, then near-dedup, in one job", True, True),

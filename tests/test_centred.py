@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from dedup import Params
 from dedup.job.pipeline import near_dedup_frame, run
 from tests.conftest import chromium, run_dedup
-from tests.reference import ref_clusters, ref_shingles
+from tests.reference import ref_clusters, ref_shingles, ref_signature
 
 VOCAB = [f"w{i}" for i in range(400)]
 
@@ -234,3 +234,65 @@ def test_centred_against_an_earlier_output(tmp_path: Path, chained: pd.DataFrame
     for i, root, s in zip(removed["id"], removed["root"], removed["survivor_similarity"]):
         a, b = ref_shingles(text[i], 5), ref_shingles(text[root], 5)
         assert len(a & b) / len(a | b) >= 0.8 and s >= 0.8
+
+
+def _similarity(a: str, b: str, confirm: str) -> float:
+    """The confirm rule in force, recomputed from the texts: exact Jaccard of word 5-shingles, or the
+    share of equal MinHash values (the reference's own signatures)."""
+    if confirm == "exact":
+        x, y = ref_shingles(a, 5), ref_shingles(b, 5)
+        return len(x & y) / len(x | y)
+    sa, sb = ref_signature(a), ref_signature(b)
+    return sum(u == v for u, v in zip(sa, sb)) / len(sa)
+
+
+@pytest.mark.parametrize("confirm", ["estimate", "exact"])
+def test_centred_holds_across_three_releases(tmp_path: Path, chained: pd.DataFrame, confirm: str) -> None:
+    """Three releases, each run centred --against the one before (which builds on the first), with
+    --keep-by and --keep-duplicates (so that an earlier release's near duplicates keep their texts):
+    every document a release removes reaches the threshold, by the confirm rule recomputed here, with
+    the document kept in its place (in this release or an earlier one), and survivor_similarity is
+    that similarity."""
+    text = dict(zip(chained["id"], chained["text"]))
+    parts = [chained.iloc[i::3] for i in range(3)]
+    kept: dict[str, str] = {}  # every id of every release -> the id kept in its place
+    checked = from_earlier = 0
+    for r, part in enumerate(parts):
+        out = tmp_path / f"r{r}"
+        against = ["--against", str(tmp_path / f"r{r - 1}")] if r else []
+        got = run_dedup("near", str(_shards(part, tmp_path / f"in{r}", 2)), str(out), "--threads", "2",
+                        "--clusters", "centred", "--confirm", confirm, "--keep-by", "score", "--keep-duplicates",
+                        *against)
+        assert got.returncode == 0, got.stderr
+        frame = pd.read_parquet(out)
+        kept.update(zip(frame["id"], frame["minhash_cluster"]))
+        removed = pd.read_parquet(out / "_report" / "removed.parquet")
+        near = removed[removed["reason"] == "near_duplicate"]
+        assert (near["root"] == near["id"].map(kept)).all()
+        for i, root, s in zip(near["id"], near["root"], near["survivor_similarity"]):
+            assert kept[root] == root, (i, root)  # the document actually kept in its place
+            want = _similarity(text[i], text[root], confirm)
+            assert want >= 0.8 and s == pytest.approx(want, abs=1e-6), (i, root, want, s)
+            checked += 1
+            from_earlier += root not in set(part["id"])
+    assert checked > 20 and from_earlier > 5
+
+
+def test_centred_against_an_index_that_does_not_locate_roots_is_refused(tmp_path: Path, chained: pd.DataFrame) -> None:
+    """An index of format 4 (before near duplicates named their root's key): refused before any work,
+    saying what to do; connected clusters still read it."""
+    from dedup.storage import stamps
+
+    first = run_dedup("near", str(_shards(chained.iloc[::2], tmp_path / "old", 1)), str(tmp_path / "r1"), "--threads", "1")
+    assert first.returncode == 0, first.stderr
+    meta_path = tmp_path / "r1" / "_index" / "index.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps(stamps.seal({**meta, "format": 4})))
+    new = _shards(chained.iloc[1::2], tmp_path / "new", 1)
+    got = run_dedup("near", str(new), str(tmp_path / "r2"), "--threads", "1", "--clusters", "centred",
+                    "--against", str(tmp_path / "r1"))
+    assert got.returncode == 2 and "(format 4, an older dedup) does not record where its near duplicates' roots" \
+        in got.stderr, got.stderr
+    assert not (tmp_path / "r2").exists()
+    connected = run_dedup("near", str(new), str(tmp_path / "r3"), "--threads", "1", "--against", str(tmp_path / "r1"))
+    assert connected.returncode == 0, connected.stderr

@@ -314,7 +314,7 @@ def test_an_index_of_format_2_gives_the_same_decisions(client, tmp_path: Path, s
     shutil.copytree(tmp_path / "out1", tmp_path / "old")
     meta_path = tmp_path / "old" / INDEX_DIR / INDEX_META
     meta = json.loads(meta_path.read_text())
-    assert meta["format"] == 4
+    assert meta["format"] == 5
     for band_file in (tmp_path / "old" / INDEX_DIR / "bands").glob("*.parquet"):
         table = pq.read_table(band_file)
         assert table.column_names == ["band", "key", "doc", "tkey", "tkey2"]

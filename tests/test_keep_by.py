@@ -62,8 +62,8 @@ def shards(tmp_path_factory: pytest.TempPathFactory, corpus_frame: pd.DataFrame)
     crawled = pd.Series(pd.Timestamp("2024-01-01", tz="UTC") + pd.to_timedelta(rng.integers(0, 10**6, n), unit="s"))
     crawled[rng.random(n) < 0.1] = pd.NaT
     half = np.asarray(score.to_numpy(np.float32, na_value=np.nan)) / 4  # float16: Arrow cannot sort it as it is
-    frame = corpus_frame.assign(score=score, half=half.astype(np.float16), crawled=crawled, site=[f"site-{k}" for k in rng.integers(0, 5, n)],
-                                tags=[[f"t{k}"] for k in rng.integers(0, 3, n)])
+    frame = corpus_frame.assign(score=score, half=half.astype(np.float16), crawled=crawled,
+                                site=[f"site-{k}" for k in rng.integers(0, 5, n)], tags=[[f"t{k}"] for k in rng.integers(0, 3, n)])
     out = tmp_path_factory.mktemp("keep") / "in"
     out.mkdir()
     for i in range(5):

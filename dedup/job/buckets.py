@@ -18,6 +18,7 @@ from dedup.job.manifest import bucket_warning
 from dedup.job.routing import ROWS_META, route, route_ranges, row_count
 from dedup.partition import keyspace
 from dedup.partition.buckets import EDGE_META, KIND_APPROX, LONG_META, bucket_edges, long_form
+from dedup.partition.stand_ins import KEYS_META, stand_in_roots, with_roots
 from dedup.storage import index
 
 log = logging.getLogger("dedup")
@@ -70,14 +71,18 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
         matched = ranged.map_partitions(index.matched_rows, layout, k, meta=LONG_META)
         at_docs = route(matched, "doc", layout.total, layout.placement)
         id_dtype = feat._meta["_id"].dtype
-        idx_feat = at_docs.map_partitions(index.index_features, layout, params, exact, id_dtype,
-                                          meta=index.features_meta(params.num_perm, id_dtype))
+        meta = index.features_meta(params.num_perm, id_dtype)
+        idx_feat = at_docs.map_partitions(index.index_features, layout, params, exact, id_dtype, meta=meta)
+        # the roots that the earlier outputs' near duplicates stand for, read beside them (survivors scores against them)
+        named = route(idx_feat.map_partitions(stand_in_roots, meta=KEYS_META), "doc", layout.total, layout.placement)
+        roots_feat = named.map_partitions(index.index_features, layout, params, exact, id_dtype, meta=meta)
         if layout.direct(exact):  # the features are read beside the buckets, not on their way
             joined = matched
         else:  # text hashes, and which documents take part, come from the docs files: and back
             kept = dd.map_partitions(index.kept_rows, at_docs, idx_feat, meta=LONG_META, align_dataframes=False)
             joined = route_ranges(kept, k)
         combined = dd.map_partitions(_both, ranged, joined, meta=LONG_META, align_dataframes=False)
+        idx_feat = dd.map_partitions(with_roots, idx_feat, roots_feat, meta=meta, align_dataframes=False)
     edges = combined.map_partitions(bucket_edges, params.max_bucket, first_indexed, meta=EDGE_META)
     writes = ranged.map_partitions(_write_band_part, index_out, meta={"bytes": "int64", "rows": "int64"}) \
         if index_out is not None else None

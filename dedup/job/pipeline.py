@@ -45,7 +45,8 @@ from dedup.job.routing import ID_ROW_BYTES, route
 from dedup.job.survivors import survivors
 from dedup.partition import keyspace
 from dedup.partition.decisions import attach_roots
-from dedup.partition.features import KEEP, mark_skipped
+from dedup.partition.features import KEEP, ROOT_DOC, mark_skipped
+from dedup.partition.stand_ins import own_roots
 from dedup.report import page as report_page
 from dedup.report import removed
 from dedup.report.shown import shown_repr
@@ -163,8 +164,8 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             stage.summary = f"bucket edges on the workers, {report.approximated_buckets} approximated bucket(s)"
             if layout is not None:
                 report.indexed_documents = sum(p.documents for p in against)
-                stage.summary += (f"; {b.indexed_matched} of {report.indexed_documents} indexed documents share a "
-                                  "bucket with this input")
+                stage.summary += (f"; {b.indexed_matched} of {report.indexed_documents} indexed documents read (those "
+                                  "sharing a bucket with this input, and the roots their near duplicates stand for)")
             stage.keep({"edges": edge_rows}, frames={"edges": edges, "idx_feat": idx_feat})
     feat_all, texts = feat, ddf
     if idx_feat is not None:  # persisted once: every use in confirm and roots would redo the concat
@@ -172,7 +173,8 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
         if KEEP in feat.columns:  # an earlier output's documents survive whatever their value: none is read
             old = old.map_partitions(_no_keep, feat._meta[KEEP].dtype,
                                      meta=old._meta.assign(**{KEEP: feat._meta[KEEP].iloc[:0]}))
-        feat_all = persist(dd.concat([feat, old[list(feat.columns)]]))
+        feat_all = persist(dd.concat([feat.map_partitions(own_roots, meta=own_roots(feat._meta)),
+                                      old[[*feat.columns, ROOT_DOC]]]))
         texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
     if (saved := kept.reused("confirm")) is not None:
         graph, scored, graph_edges = kept.frame("confirm", "graph"), kept.frame("confirm", "scored"), saved["graph_edges"]

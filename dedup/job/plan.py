@@ -300,6 +300,11 @@ def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near
         parts = index.load(list(against), params, shards_mod.id_type_of(schema, id_column))
         if id_column == shards_mod.POSITION_ID:
             _check_positions(found, parts)
+        if clusters == "centred" and (old := [p for p in parts if p.format < index.ROOTS_LOCATED]):
+            raise UsageError(f"--clusters centred --against: the index of {old[0].output} (format {old[0].format}, an "
+                             "older dedup) does not record where its near duplicates' roots are, so a new document "
+                             "cannot be scored against the document kept in their place. Run that output again with "
+                             "this dedup, or use --clusters connected.")
     prot = None
     if prot_paths:
         from dedup.core.decontam import ProtectedNgrams

@@ -15,7 +15,7 @@ from dedup.job.compute import compute
 from dedup.job.graphs import persist
 from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
 from dedup.partition import keyspace
-from dedup.partition.features import KEEP
+from dedup.partition.features import KEEP, ROOT_DOC
 from dedup.partition.roots import (
     SURVIVOR_ESTIMATE,
     component_counts,
@@ -72,7 +72,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     labelled = dd.map_partitions(with_ids, at_docs, feat, *([scored] if scored is not None else []),
                                  meta=component_rows_meta(id_meta, scored is not None,
                                                           feat._meta[KEEP] if KEEP in feat.columns else None,
-                                                          to_survivor),
+                                                          to_survivor, ROOT_DOC in feat.columns),
                                  align_dataframes=False)
     root_meta = roots_meta(id_meta, scored is not None, sizes, to_survivor)
     k = max(1, n_new)

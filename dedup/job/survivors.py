@@ -27,7 +27,7 @@ from dedup.job.graphs import persist
 from dedup.job.routing import ID_ROW_BYTES, ROWS_META, label_part, route, route_by, row_count
 from dedup.partition import keyspace
 from dedup.partition.confirm import ROUTED_META
-from dedup.partition.features import KEEP
+from dedup.partition.features import KEEP, ROOT_DOC
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD, component_rows_meta, with_ids
 from dedup.partition.survivors import (
     CHOSEN_META,
@@ -81,17 +81,19 @@ def survivors(labels: dd.DataFrame, graph: dd.DataFrame, feat: dd.DataFrame, tex
         members = 2 * graph_rows if graph_rows is not None else None
         at_docs = labels if placed else route(labels, "doc", n, placement, members, 16)
         labelled = dd.map_partitions(with_ids, at_docs, feat, align_dataframes=False,
-                                     meta=component_rows_meta(feat._meta["_id"], False, keep_meta))
+                                     meta=component_rows_meta(feat._meta["_id"], False, keep_meta,
+                                                              root_doc=ROOT_DOC in feat.columns))
         by_label = route_by(labelled, partial(label_part, npartitions=k), k, members, ID_ROW_BYTES)
         chosen = persist(by_label.map_partitions(survivors_of, first_indexed, keep, meta=CHOSEN_META))
         pairs = chosen.map_partitions(survivor_pairs, meta=ROUTED_META)
         scored = persist(score_pairs(pairs, feat, texts, text_column=text_column, params=params, placement=placement,
                                      rows=members))
         settled.append(persist(dd.concat([chosen.map_partitions(survivor_rows, meta=PLACED_META),
-                                          scored.map_partitions(placed_members, centred, meta=PLACED_META)])))
+                                          scored.map_partitions(placed_members, centred, first_indexed,
+                                                                meta=PLACED_META)])))
         lazy = [scored.map_partitions(below_threshold, first_indexed, meta={"scored": "int64", "below": "int64"})]
         if centred:
-            failed = persist(scored.map_partitions(failed_members, meta=DOCS_META))
+            failed = persist(scored.map_partitions(failed_members, first_indexed, meta=DOCS_META))
             lazy.append(failed.map_partitions(row_count, meta=ROWS_META))
         b, *f = compute(*lazy)
         if rounds == 1:

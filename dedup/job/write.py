@@ -13,7 +13,7 @@ import pyarrow as pa
 from dedup.core.decontam import ProtectedNgrams
 from dedup.partition import keyspace
 from dedup.partition.buckets import band_documents
-from dedup.partition.decisions import cluster_sizes, row_decisions
+from dedup.partition.decisions import cluster_sizes, root_keys, row_decisions
 from dedup.partition.features import signatures_of
 from dedup.report import removed
 from dedup.storage import index
@@ -145,7 +145,7 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
         tkeys = (feat["tkey"].to_numpy(np.uint64)[take], feat["tkey2"].to_numpy(np.uint64)[take])
         files = [f if k else None for f, k in zip(out_file[take].tolist(), keep[take])]
         table = index.docs_table(own[take].tolist(), cluster[take].tolist(), feat["doc"].to_numpy(np.int64)[take], tkeys,
-                                 sigs, files, out_row[take], cluster_type(schema, id_column))
+                                 sigs, files, out_row[take], cluster_type(schema, id_column), root_keys(feat, roots)[take])
         nbytes = index.write_docs(table, f"{staging_url}/{index.INDEX_DIR}", partition_info["number"])
         indexed = int(root.sum())
         absorbed = table.num_rows - indexed

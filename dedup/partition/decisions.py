@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from dedup.partition.features import CLEAN
+from dedup.partition.features import CLEAN, ROOT_DOC
 from dedup.partition.keyspace import key_row
 
 
@@ -28,6 +28,15 @@ def row_decisions(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool) ->
     if drop:
         keep &= cluster == own
     return keep, cluster
+
+
+def root_keys(feat: pd.DataFrame, roots: pd.DataFrame | None) -> NDArray[np.int64]:
+    """Per row of a features partition: the key of the document kept in its place (its own when it
+    is in no cluster or is its cluster's root), for the index (`roots`' `ROOT_DOC`)."""
+    keys = feat["doc"].to_numpy(np.int64).copy()
+    if roots is not None and len(roots):
+        keys[key_row(roots["doc"].to_numpy(np.int64))] = roots[ROOT_DOC].to_numpy(np.int64)
+    return keys
 
 
 def cluster_sizes(feat: pd.DataFrame, roots: pd.DataFrame | None) -> NDArray[np.int64]:

@@ -52,6 +52,11 @@ def signatures_of(feat: pd.DataFrame, num_perm: int, rows: NDArray[np.int64] | N
     return payload_sigs(column, num_perm)
 
 
+ROOT_DOC = "root_doc"
+"""With `--against`, in the features of the run and of the earlier indexes' documents: the key of the
+document kept in each one's place, its own for this run's documents and for an earlier output's kept
+ones, its root's for an earlier output's near duplicate (which carries its root's id as `_id`)."""
+
 KEEP = "_keep"
 """The `--keep-by` column's value of each document (an Arrow-typed column; null never wins), in the
 frame the features are computed from and in the features."""

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from dedup.partition.features import KEEP
+from dedup.partition.features import KEEP, ROOT_DOC
 from dedup.partition.keyspace import NO_INDEX
 from dedup.partition.rows import concat_rows, rows_of
 
@@ -35,13 +35,15 @@ TO_SURVIVOR = (SURVIVOR_ESTIMATE, SURVIVOR_JACCARD)
 
 
 def component_rows_meta(id_meta: pd.Series, matches: bool, keep_meta: pd.Series | None = None,
-                        to_survivor: bool = False) -> pd.DataFrame:
+                        to_survivor: bool = False, root_doc: bool = False) -> pd.DataFrame:
     """`with_ids` rows: (doc, label, _id), the `--keep-by` values (`KEEP`) when the features have them,
-    the similarities to the survivor when the labels carry them (`TO_SURVIVOR`), and for matches the
-    text keys and the pair rows' columns."""
+    the key kept in each one's place (`ROOT_DOC`, with `--against`), the similarities to the survivor
+    when the labels carry them (`TO_SURVIVOR`), and for matches the text keys and the pair rows' columns."""
     meta = MEMBER_META.assign(_id=id_meta.iloc[:0])
     if keep_meta is not None:
         meta[KEEP] = keep_meta.iloc[:0]
+    if root_doc:
+        meta[ROOT_DOC] = pd.Series(dtype=np.int64)
     if to_survivor:
         meta = meta.assign(**{c: pd.Series(dtype=np.float32) for c in TO_SURVIVOR})
     if not matches:
@@ -63,6 +65,8 @@ def with_ids(members: pd.DataFrame, feat: pd.DataFrame, scored: pd.DataFrame | N
     out = members[["doc", "label"]].reset_index(drop=True).assign(_id=feat["_id"].to_numpy()[at])
     if KEEP in feat.columns:
         out[KEEP] = feat[KEEP].take(at).array
+    if ROOT_DOC in feat.columns:
+        out[ROOT_DOC] = feat[ROOT_DOC].to_numpy(np.int64)[at]
     for c in TO_SURVIVOR:
         if c in members.columns:
             out[c] = members[c].to_numpy(np.float32)
@@ -87,6 +91,8 @@ def with_ids(members: pd.DataFrame, feat: pd.DataFrame, scored: pd.DataFrame | N
                          "jaccard": pairs["jaccard"].to_numpy(np.float32)})
     if KEEP in feat.columns:
         rows.insert(3, KEEP, feat[KEEP].take(at).array)
+    if ROOT_DOC in feat.columns:
+        rows[ROOT_DOC] = feat[ROOT_DOC].to_numpy(np.int64)[at]
     for c in TO_SURVIVOR:
         if c in out.columns:
             rows[c] = np.float32(np.nan)
@@ -174,9 +180,11 @@ SIZE = "size"
 
 
 def roots_meta(id_meta: pd.Series, matches: bool, sizes: bool = False, to_survivor: bool = False) -> pd.DataFrame:
-    """`roots_of_components` rows: (doc, root, _id), with sizes `SIZE`, with matches (matched,
-    estimate, jaccard), and the similarities to the survivor (`TO_SURVIVOR`) when the labels carry them."""
-    meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0]})
+    """`roots_of_components` rows: (doc, root, _id, the root's key `ROOT_DOC`), with sizes `SIZE`, with
+    matches (matched, estimate, jaccard), and the similarities to the survivor (`TO_SURVIVOR`) when
+    the labels carry them."""
+    meta = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "root": id_meta.iloc[:0], "_id": id_meta.iloc[:0],
+                         ROOT_DOC: pd.Series(dtype=np.int64)})
     if sizes:
         meta[SIZE] = pd.Series(dtype=np.int64)
     if matches:
@@ -201,7 +209,7 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact
     each member's cluster size too (`SIZE`): this run's documents in it, and its root when that is
     an earlier output's document.
     """
-    matches, to_survivor = OTHER in rows.columns, SURVIVOR_ESTIMATE in rows.columns
+    matches, to_survivor, located = OTHER in rows.columns, SURVIVOR_ESTIMATE in rows.columns, ROOT_DOC in rows.columns
     if rows.empty:
         return roots_meta(rows["_id"], matches, sizes, to_survivor)
     pairs = None
@@ -225,7 +233,11 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact
     best = np.full(len(labels), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(best, group, rank)
     root = uniques[best[group] % n]
-    out = pd.DataFrame({"doc": doc, "root": root, "_id": ids.to_numpy()})
+    # the key of the document kept in the root's place (of the best member: a stand-in's is its root's)
+    first = np.lexsort((doc, rank, group))
+    head = first[np.r_[True, group[first][1:] != group[first][:-1]]]  # the best member of each label
+    kept = rows[ROOT_DOC].to_numpy(np.int64) if located else doc
+    out = pd.DataFrame({"doc": doc, "root": root, "_id": ids.to_numpy(), ROOT_DOC: kept[head][group]})
     if sizes:  # this run's documents, and an earlier output's root (ranked first: below n)
         own = np.bincount(group, weights=doc < first_indexed, minlength=len(labels)).astype(np.int64)
         out[SIZE] = (own + (best < n))[group]

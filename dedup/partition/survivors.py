@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from dedup.partition.confirm import ROUTED_META
+from dedup.partition.features import ROOT_DOC
 from dedup.partition.keyspace import NO_INDEX
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD, survival_ranks
 
@@ -28,18 +29,21 @@ def survivors_of(rows: pd.DataFrame, first_indexed: int = NO_INDEX, keep: str | 
     """(doc, label, survivor) for every member of the clusters in `rows` (`with_ids` rows, every
     member of a cluster in this partition): the survivor is the member that `roots_of_components`
     makes the root (`survival_ranks`), and of members of equal rank (an earlier output's near
-    duplicate carries its root's id) the smallest key."""
+    duplicate carries its root's id) the smallest key. When that member is an earlier output's near
+    duplicate, the survivor is the document kept in its place (its `ROOT_DOC`), which the run read
+    beside it (`dedup.partition.stand_ins`), a member of the cluster or not."""
     rows = rows.drop_duplicates("doc")
     if rows.empty:
         return CHOSEN_META.copy()
     rank, _, _ = survival_ranks(rows, first_indexed, keep)
     doc = rows["doc"].to_numpy(np.int64)
+    kept = rows[ROOT_DOC].to_numpy(np.int64) if ROOT_DOC in rows.columns else doc
     label = rows["label"].to_numpy(np.int64)
     order = np.lexsort((doc, rank, label))
     first = np.r_[True, label[order][1:] != label[order][:-1]]
     group = np.cumsum(first) - 1
     survivor = np.empty(len(doc), np.int64)
-    survivor[order] = doc[order][first][group]
+    survivor[order] = kept[order][first][group]
     return pd.DataFrame({"doc": doc, "label": label, "survivor": survivor})
 
 
@@ -53,27 +57,31 @@ def survivor_pairs(chosen: pd.DataFrame) -> pd.DataFrame:
 
 
 def survivor_rows(chosen: pd.DataFrame) -> pd.DataFrame:
-    """The survivors' own rows, settled: labelled with their own key, no similarity."""
-    own = chosen[chosen["doc"].to_numpy(np.int64) == chosen["survivor"].to_numpy(np.int64)]
+    """The survivors' own rows, settled: labelled with their own key, no similarity (once each: an
+    earlier output's document may survive in clusters that joined none of its own members)."""
+    own = np.unique(chosen["survivor"].to_numpy(np.int64))
     n = len(own)
-    return pd.DataFrame({"doc": own["doc"].to_numpy(np.int64), "label": own["doc"].to_numpy(np.int64),
+    return pd.DataFrame({"doc": own, "label": own,
                          SURVIVOR_ESTIMATE: np.full(n, np.nan, np.float32),
                          SURVIVOR_JACCARD: np.full(n, np.nan, np.float32)})
 
 
-def placed_members(scored: pd.DataFrame, passed_only: bool) -> pd.DataFrame:
+def placed_members(scored: pd.DataFrame, passed_only: bool, first_indexed: int = NO_INDEX) -> pd.DataFrame:
     """Members scored against their survivor (`score_at_right` rows: left = survivor, right = member),
-    settled in its cluster: all of them (connected), or those that reached the threshold (centred)."""
+    settled in its cluster: all of them (connected), or those that reached the threshold and an
+    earlier output's documents, which this run never removes (centred)."""
     if passed_only:
-        scored = scored[scored["confirmed"].to_numpy(bool)]
+        scored = scored[scored["confirmed"].to_numpy(bool) | (scored["right"].to_numpy(np.int64) >= first_indexed)]
     return pd.DataFrame({"doc": scored["right"].to_numpy(np.int64), "label": scored["left"].to_numpy(np.int64),
                          SURVIVOR_ESTIMATE: scored["estimate"].to_numpy(np.float32),
                          SURVIVOR_JACCARD: scored["jaccard"].to_numpy(np.float32)})
 
 
-def failed_members(scored: pd.DataFrame) -> pd.DataFrame:
-    """The members below the threshold with their survivor, sorted: clustered again among themselves."""
-    failed = scored["right"].to_numpy(np.int64)[~scored["confirmed"].to_numpy(bool)]
+def failed_members(scored: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:
+    """This run's members below the threshold with their survivor, sorted: clustered again among
+    themselves (an earlier output's documents stay where they were placed)."""
+    right = scored["right"].to_numpy(np.int64)
+    failed = right[~scored["confirmed"].to_numpy(bool) & (right < first_indexed)]
     return pd.DataFrame({"doc": np.unique(failed)})
 
 

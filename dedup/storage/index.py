@@ -6,11 +6,14 @@ An on-disk LSH index, written by the workers while the job runs, read back by `-
     _index/bands/part-M.parquet (band, key, doc, tkey, tkey2) of this run's documents whose band key
                                 k falls in bucket range M (k // step == M), sorted by key, with
                                 their text hashes (format 3)
-    _index/docs/part-P.parquet  (doc, id, root, tkey, tkey2, signature, file, row) of each document
-                                this run kept and of each near duplicate it found (with the
-                                band rows of its text), input partition P, sorted by doc: its
-                                cluster's root id (its own id when kept), its text hashes, its
-                                signature, and where it is in OUTPUT (null when it was dropped)
+    _index/docs/part-P.parquet  (doc, id, root, root_doc, tkey, tkey2, signature, file, row) of each
+                                document this run kept and of each near duplicate it found (with
+                                the band rows of its text), input partition P, sorted by doc: its
+                                cluster's root id (its own id when kept) and, for a near duplicate,
+                                its root's key (format 5: in this run's key space, where the
+                                earlier indexes follow its own partitions in the order of
+                                index.json's sources), its text hashes, its signature, and where it
+                                is in OUTPUT (null when it was dropped)
     _index/ids/part-M.parquet   (h, id) of every document this run read, kept or not, whose id
                                 hash h (`dedup.core.hashing.id_hashes`) falls in range M, sorted by h
 
@@ -51,14 +54,17 @@ if TYPE_CHECKING:
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
 BANDS, DOCS, IDS = "bands", "docs", "ids"
-FORMAT = 4
-FORMATS_READ = (1, 2, 3, 4)
+FORMAT = 5
+FORMATS_READ = (1, 2, 3, 4, 5)
 """Format 1 indexes hold kept documents only (no `root` column); formats 1 and 2 have no text hashes
 in their band files (a later run fetches them from the docs files): both are read as they are."""
 TKEYS_IN_BANDS = 3
 """The first format whose band rows carry their document's text hashes."""
 VERIFIED = 4
 """The first format whose index.json records the stamp of every file it points at (`dedup.storage.stamps`)."""
+ROOTS_LOCATED = 5
+"""The first format whose docs files record where each near duplicate's root is (`root_doc`): what a
+centred run needs to score a new document against the document actually kept in its place."""
 INDEX_PARAMS = ("num_perm", "num_bands", "rows_per_band", "shingle_size", "shingle_unit", "seed")
 """The parameters a signature and its band keys depend on: an index is usable only when they match."""
 KEY_SPACE = 1 << 64
@@ -112,6 +118,8 @@ class IndexPart:
     output: str
     text_column: str
     format: int = FORMAT
+    sources: tuple[str, ...] = ()
+    """The uids of the earlier indexes this one references, in the order its run laid them out."""
 
     def as_source(self, at: str) -> dict[str, Any]:
         """How an index at `at` records this one: where it is, and (both local) the relative path."""
@@ -137,7 +145,7 @@ def _part(url: str, meta: dict[str, Any]) -> IndexPart:
                      bucket_parts=int(meta["bucket_partitions"]), id_parts=int(meta["id_partitions"]),
                      documents=int(meta["documents"]),
                      output=posixpath.dirname(url.rstrip("/")), text_column=str(meta["text_column"]),
-                     format=int(meta["format"]))
+                     format=int(meta["format"]), sources=tuple(str(s["uid"]) for s in meta.get("sources", [])))
 
 
 def _describe(p: dict[str, Any]) -> str:
@@ -469,6 +477,23 @@ class Layout:
                 return part, q - start, start
         raise IndexError(f"partition {q} is not an index partition")
 
+    def translate(self, part: IndexPart, keys: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Keys of the run that wrote `part` (its own partitions first, then its sources' in order) as
+        keys of this run (`starts`): where the roots its docs files name are now."""
+        from dedup.partition.keyspace import ROW_BITS
+
+        by_uid = {p.uid: (p, s) for p, s in zip(self.parts, self.starts)}
+        bounds, moved = [part.partitions], [by_uid[part.uid][1]]
+        for uid in part.sources:
+            src, start = by_uid[uid]
+            bounds.append(bounds[-1] + src.partitions)
+            moved.append(start)
+        q = keys >> ROW_BITS
+        which = np.searchsorted(np.asarray(bounds, np.int64), q, "right")
+        first = np.asarray([0, *bounds[:-1]], np.int64)
+        moved_to = np.asarray(moved, np.int64)[which] + q - first[which]
+        return (moved_to << ROW_BITS) | (keys & ((1 << ROW_BITS) - 1))
+
     def gathered(self, g: int) -> list[int]:
         """The global index partitions that this run's partition g (>= first) gathers."""
         lo = self.first + (g - self.first) * self.group
@@ -533,9 +558,10 @@ def features_meta(num_perm: int, id_dtype: Any) -> Any:
     in the earlier output (read only for --confirm exact)."""
     import pandas as pd
 
+    from dedup.partition.features import ROOT_DOC
     from dedup.partition.features import features_meta as base
 
-    return base(num_perm, id_dtype).assign(_text=pd.Series(dtype=TEXT_DTYPE))
+    return base(num_perm, id_dtype).assign(_text=pd.Series(dtype=TEXT_DTYPE), **{ROOT_DOC: pd.Series(dtype=np.int64)})
 
 
 def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dtype: Any,
@@ -548,14 +574,14 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     import pandas as pd
 
     from dedup.partition.codec import sig_payload
-    from dedup.partition.features import CLEAN, SIG
+    from dedup.partition.features import CLEAN, ROOT_DOC, SIG
     from dedup.partition.keyspace import ROW_BITS
 
     if partition_info is None or partition_info["number"] < layout.first or rows.empty:
         return features_meta(params.num_perm, id_dtype)
     keys = np.unique(rows["doc"].to_numpy(np.int64))
-    found = [_partition_rows(need, q, layout, exact) for q in layout.gathered(partition_info["number"])
-             if len(need := keys[(keys >> ROW_BITS) == q])]
+    parts = [(q, need) for q in layout.gathered(partition_info["number"]) if len(need := keys[(keys >> ROW_BITS) == q])]
+    found = [_partition_rows(need, q, layout, exact) for q, need in parts]
     if not found:
         return features_meta(params.num_perm, id_dtype)
     docs = np.concatenate([d for d, _, _ in found])
@@ -563,18 +589,28 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
     texts = [t for _, _, ts in found for t in ts]
     n = len(docs)
     ids = taken.column("root")
+    root_doc = docs.copy()  # a kept document is its own root; a near duplicate names its root's key
+    at = 0
+    for (q, _), (d, t, _) in zip(parts, found):
+        written = t.column("root_doc")
+        has = written.is_valid().to_numpy(zero_copy_only=False)
+        if has.any():
+            part = layout.locate(q)[0]
+            values = written.fill_null(0).to_numpy()
+            root_doc[at:at + len(d)][has] = layout.translate(part, values[has].astype(np.int64))
+        at += len(d)
     return pd.DataFrame({"_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=id_dtype), "doc": docs,
                          "tkey": taken.column("tkey").to_numpy(), "tkey2": taken.column("tkey2").to_numpy(),
                          "source": np.full(n, CLEAN, np.int32), "source_gram": np.full(n, -1, np.int64),
                          "skipped": np.zeros(n, bool),
                          SIG: sig_payload(from_fixed_binary(taken.column("signature"), params.num_perm)).array,
-                         "_text": pd.Series(texts, dtype=TEXT_DTYPE)})
+                         "_text": pd.Series(texts, dtype=TEXT_DTYPE), ROOT_DOC: root_doc})
 
 
 def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool) -> tuple[NDArray[np.int64], pa.Table,
                                                                                             list[Any]]:
     """Of the sorted keys `need`, all of global index partition q: the keys found, their docs-file
-    rows (doc, id, root, tkey, tkey2, signature, file, row) and, with `exact`, their texts."""
+    rows (doc, id, root, root_doc, tkey, tkey2, signature, file, row) and, with `exact`, their texts."""
     import fsspec
     import pyarrow.parquet as pq
 
@@ -587,8 +623,7 @@ def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool
     with fs.open(path, "rb") as fh:
         pf = pq.ParquetFile(fh)
         columns = ["doc", "id", "tkey", "tkey2", "signature", "file", "row"]
-        if "root" in pf.schema_arrow.names:
-            columns.append("root")
+        columns += [c for c in ("root", "root_doc") if c in pf.schema_arrow.names]
         groups = _groups_holding(pf, need)
         table = pf.read_row_groups(groups, columns=columns) if groups else pf.schema_arrow.empty_table().select(columns)
     docs = table.column("doc").to_numpy()
@@ -599,7 +634,9 @@ def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool
     taken = table.take(pa.array(pos[ok]))
     if "root" not in taken.column_names:  # an index older than roots: every document is its own
         taken = taken.append_column("root", taken.column("id"))
-    taken = taken.select(["doc", "id", "root", "tkey", "tkey2", "signature", "file", "row"])
+    if "root_doc" not in taken.column_names:  # older than ROOTS_LOCATED: a near duplicate stands for its root
+        taken = taken.append_column("root_doc", pa.nulls(taken.num_rows, pa.int64()))
+    taken = taken.select(["doc", "id", "root", "root_doc", "tkey", "tkey2", "signature", "file", "row"])
     texts: list[Any] = [None] * taken.num_rows
     if exact and taken.num_rows:
         files = taken.column("file").to_pylist()
@@ -643,12 +680,16 @@ def kept_rows(rows: Any, feat: Any) -> Any:
 
 
 def docs_table(ids: Any, roots: Any, keys: NDArray[np.int64], tkeys: tuple[NDArray[np.uint64], NDArray[np.uint64]],
-               sigs: NDArray[np.uint32], files: list[str | None], rows: NDArray[np.int64], id_type: pa.DataType) -> pa.Table:
-    """The index rows of one partition's documents: key, id, its cluster's root id, text hashes,
-    signature, and where it is in OUTPUT (file None: not written there)."""
+               sigs: NDArray[np.uint32], files: list[str | None], rows: NDArray[np.int64], id_type: pa.DataType,
+               root_docs: NDArray[np.int64] | None = None) -> pa.Table:
+    """The index rows of one partition's documents: key, id, its cluster's root id and (for a near
+    duplicate) its root's key, text hashes, signature, and where it is in OUTPUT (file None: not
+    written there)."""
     sig = fixed_binary(sigs)
     written = pa.array([f is not None for f in files], pa.bool_())
+    root_docs = keys if root_docs is None else root_docs
     return pa.table({"doc": pa.array(keys, pa.int64()), "id": pa.array(ids, id_type), "root": pa.array(roots, id_type),
+                     "root_doc": pa.array(root_docs, pa.int64(), mask=root_docs == keys),
                      "tkey": pa.array(tkeys[0], pa.uint64()), "tkey2": pa.array(tkeys[1], pa.uint64()), "signature": sig,
                      "file": pa.array(files, pa.string()).dictionary_encode(),
                      "row": pa.array(rows, pa.int64(), mask=~written.to_numpy(zero_copy_only=False))})
