@@ -201,6 +201,9 @@ def _params(args: argparse.Namespace) -> Params:
 def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    if not verbose:  # object stores' clients say where they found credentials and endpoints: noise in a run's log
+        for name in ("s3fs", "botocore", "aiobotocore", "gcsfs", "adlfs", "azure"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _quiet_libraries(verbose: bool, cluster: bool) -> None:

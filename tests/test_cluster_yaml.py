@@ -104,6 +104,8 @@ def test_workers_are_configured_for_the_pipeline(cluster: dict[str, Any]) -> Non
     assert {p["name"]: p["containerPort"] for p in sched["ports"]} == {"tcp-comm": 8786, "http-dashboard": 8787}
     assert sched["readinessProbe"]["httpGet"]["path"] == "/health" == sched["livenessProbe"]["httpGet"]["path"]
     assert cluster["spec"]["scheduler"]["service"]["selector"]["dask.org/component"] == "scheduler"
+    # the object store's credentials reach the workers from a Secret (docs/operations.md)
+    assert {"secretRef": {"name": "dedup-object-store", "optional": True}} in worker["envFrom"]
 
 
 def test_workers_get_the_malloc_settings_of_local_workers(cluster: dict[str, Any]) -> None:

@@ -178,7 +178,7 @@ class Staging:
     # -- the lock -------------------------------------------------------------------------------
     def _lock(self) -> None:
         if self.remote:
-            if self.fs.exists(self.lock_path):
+            if self.fs.exists(self.lock_path) and not self._dead_lock():
                 raise UsageError(f"Another dedup run is writing OUTPUT {self.output!r} (lock {self.lock_path!r} exists). "
                                  "If no run is active, delete that lock and try again.")
             with self.fs.open(self.lock_path, "w") as fh:
@@ -201,6 +201,23 @@ class Staging:
                 self._lock_fd = fd
                 return
             os.close(fd)
+
+    def _dead_lock(self) -> bool:
+        """Whether the object store's lock was left by a run of this machine that is no longer alive
+        (a killed client): then it is taken over. One of another machine, or unreadable, is not."""
+        try:
+            with self.fs.open(self.lock_path, "r") as fh:
+                held = json.load(fh)
+            if held.get("host") != socket.gethostname() or not isinstance(held.get("pid"), int):
+                return False
+            os.kill(held["pid"], 0)
+        except ProcessLookupError:
+            log.info("the lock %s was left by a run that is no longer alive (pid %d on this machine): taken over",
+                     self.lock_path, held["pid"])
+            return True
+        except (OSError, ValueError):
+            return False
+        return False
 
     def close(self) -> None:
         """Release the lock (and remove its file)."""
