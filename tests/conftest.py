@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -103,6 +105,35 @@ def start_scheduler(directory: Path) -> tuple[subprocess.Popen[bytes], Path]:
             raise RuntimeError("dask scheduler did not start")
         time.sleep(0.2)
     return proc, sched_file
+
+
+def parquet_digests(out: Path) -> dict[str, str]:
+    """Every Parquet file under OUTPUT (shards, the removed list, the index), by path."""
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*.parquet")) if p.is_file()}
+
+
+def kill_after(cmd: list[str], line: str, timeout: float = 240) -> str:
+    """Start `cmd`, SIGKILL it as soon as a line of its stderr starts with `line`; its stderr until then."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    deadline = time.time() + timeout
+    try:
+        assert proc.stderr is not None
+        while time.time() < deadline:
+            got = proc.stderr.readline()
+            if not got:
+                break
+            seen += got
+            if got.split(" ", 3)[-1].startswith(line):
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=30)
+                return seen
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    raise AssertionError(f"no line starting {line!r}; stderr:\n{seen}")
 
 
 def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -5,13 +5,11 @@ staging directory. A real `dask scheduler` and workers, the CLI as a subprocess.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import pytest
 
 from dedup.corpus import generate
 from dedup.job.checkpoints import ORDER
-from tests.conftest import DEDUP, start_dask, start_scheduler, write_shards
+from tests.conftest import DEDUP, kill_after, parquet_digests, start_dask, start_scheduler, write_shards
 
 
 @pytest.fixture(scope="module")
@@ -45,35 +43,6 @@ def _command(src: Path, prot: Path, out: Path, sched: Path, *more: str) -> list[
             "--partition-rows", "250", "--max-contaminated", "1", *more]
 
 
-def _parquet_digests(out: Path) -> dict[str, str]:
-    """Every Parquet file under OUTPUT (shards, the removed list, the index), by path."""
-    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(out.rglob("*.parquet")) if p.is_file()}
-
-
-def _kill_after(cmd: list[str], line: str, timeout: float = 240) -> str:
-    """Start `cmd`, SIGKILL it as soon as a line of its stderr starts with `line`; its stderr until then."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen = ""
-    deadline = time.time() + timeout
-    try:
-        assert proc.stderr is not None
-        while time.time() < deadline:
-            got = proc.stderr.readline()
-            if not got:
-                break
-            seen += got
-            if got.split(" ", 3)[-1].startswith(line):
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(timeout=30)
-                return seen
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    raise AssertionError(f"no line starting {line!r}; stderr:\n{seen}")
-
-
 def _staging(out: Path) -> list[Path]:
     return [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.dedup-tmp-")]
 
@@ -84,7 +53,7 @@ def baseline(inputs: tuple[Path, Path], dask_processes: Path, tmp_path_factory: 
     got = subprocess.run(_command(*inputs, out, dask_processes), capture_output=True, text=True, timeout=240)
     assert got.returncode == 0, got.stderr
     assert "resumed" not in json.loads((out / "_dedup.json").read_text())
-    digests = _parquet_digests(out)
+    digests = parquet_digests(out)
     assert any(k.startswith("_index/") for k in digests) and any(k.startswith("_report/removed") for k in digests)
     return digests
 
@@ -97,7 +66,7 @@ def test_a_client_killed_after_each_stage_resumes_to_the_same_output(inputs: tup
     out = tmp_path / "out"
     cmd = _command(*inputs, out, dask_processes)
     for i, stage in enumerate(ORDER):
-        seen = _kill_after(cmd, f"{stage}:")
+        seen = kill_after(cmd, f"{stage}:")
         assert out.exists() is False and len(_staging(out)) == 1, seen
         if i:
             assert f"resuming: reusing {', '.join(ORDER[:i])} from the interrupted run of" in seen, seen
@@ -106,7 +75,7 @@ def test_a_client_killed_after_each_stage_resumes_to_the_same_output(inputs: tup
     assert f"resuming: reusing {', '.join(ORDER)} from the interrupted run of" in got.stderr
     manifest = json.loads((out / "_dedup.json").read_text())
     assert manifest["resumed"] == {"from": "report", "reused": list(ORDER)}
-    assert _parquet_digests(out) == baseline
+    assert parquet_digests(out) == baseline
     assert not _staging(out) and not (out / "_stages").exists() and not (out / "_resume.json").exists()
 
 
@@ -119,9 +88,9 @@ def test_a_changed_input_or_protected_file_starts_over(inputs: tuple[Path, Path]
     shutil.copy(inputs[1], prot)
     out = tmp_path / "out"
     cmd = _command(src, prot, out, dask_processes)
-    _kill_after(cmd, "buckets:")
+    kill_after(cmd, "buckets:")
     prot.write_text(prot.read_text() + json.dumps({"text": "a record added to the eval set since"}) + "\n")
-    seen = _kill_after(cmd, "buckets:")
+    seen = kill_after(cmd, "buckets:")
     assert "not resuming the interrupted run of" in seen and "the protected files changed; starting over" in seen, seen
     assert "resuming: reusing" not in seen
     shard = pd.read_parquet(src / "shard-01.parquet")
@@ -134,33 +103,33 @@ def test_a_changed_input_or_protected_file_starts_over(inputs: tuple[Path, Path]
     fresh = tmp_path / "fresh"
     again = subprocess.run(_command(src, prot, fresh, dask_processes), capture_output=True, text=True, timeout=240)
     assert again.returncode == 0, again.stderr
-    assert _parquet_digests(out) == _parquet_digests(fresh)
+    assert parquet_digests(out) == parquet_digests(fresh)
 
 
 def test_restart_discards_what_was_kept(inputs: tuple[Path, Path], dask_processes: Path, baseline: dict[str, str],
                                         tmp_path: Path) -> None:
     out = tmp_path / "out"
     cmd = _command(*inputs, out, dask_processes)
-    _kill_after(cmd, "confirm:")
+    kill_after(cmd, "confirm:")
     got = subprocess.run([*cmd, "--restart"], capture_output=True, text=True, timeout=240)
     assert got.returncode == 0, got.stderr
     assert "--restart: the interrupted run of" in got.stderr and "resuming" not in got.stderr
     assert "resumed" not in json.loads((out / "_dedup.json").read_text())
-    assert _parquet_digests(out) == baseline and not _staging(out)
+    assert parquet_digests(out) == baseline and not _staging(out)
 
 
 def test_two_reruns_at_once_one_is_refused(inputs: tuple[Path, Path], dask_processes: Path, baseline: dict[str, str],
                                            tmp_path: Path) -> None:
     out = tmp_path / "out"
     cmd = _command(*inputs, out, dask_processes)
-    _kill_after(cmd, "buckets:")
+    kill_after(cmd, "buckets:")
     procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(p.wait(timeout=240), p.communicate()[1]) for p in procs]
     codes = sorted(code for code, _ in results)
     assert codes == [0, 2], results
     refused = next(err for code, err in results if code == 2)
     assert "Another dedup run is writing OUTPUT" in refused
-    assert _parquet_digests(out) == baseline and not _staging(out)
+    assert parquet_digests(out) == baseline and not _staging(out)
 
 
 @pytest.fixture()
@@ -213,7 +182,7 @@ def test_a_lost_scheduler_resumes_on_a_new_one(inputs: tuple[Path, Path], baseli
     assert got.returncode == 0, got.stderr
     reused = json.loads((out / "_dedup.json").read_text())["resumed"]["reused"]
     assert reused[:4] == ["features", "contamination", "buckets", "confirm"], reused
-    assert _parquet_digests(out) == baseline and not _staging(out)
+    assert parquet_digests(out) == baseline and not _staging(out)
 
 
 def test_threads_resume_too(inputs: tuple[Path, Path], dask_processes: Path, baseline: dict[str, str],
@@ -223,13 +192,13 @@ def test_threads_resume_too(inputs: tuple[Path, Path], dask_processes: Path, bas
     out = tmp_path / "out"
     cmd = [arg for arg in _command(*inputs, out, dask_processes) if arg not in ("--scheduler-file", str(dask_processes))]
     cmd += ["--threads", "2"]
-    _kill_after(cmd, "roots:")
+    kill_after(cmd, "roots:")
     got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert got.returncode == 0, got.stderr
     resumed = json.loads((out / "_dedup.json").read_text())["resumed"]
     upto = ORDER.index("roots") + 1
     assert resumed["reused"][:upto] == list(ORDER[:upto]) and resumed["from"] in ("write", "report"), resumed
-    assert _parquet_digests(out) == baseline and not _staging(out)
+    assert parquet_digests(out) == baseline and not _staging(out)
 
 
 def test_an_edit_that_keeps_size_and_mtime_starts_over(inputs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -248,7 +217,7 @@ def test_an_edit_that_keeps_size_and_mtime_starts_over(inputs: tuple[Path, Path]
     shutil.copy(inputs[0] / "shard-02.parquet", src / "shard-02.parquet")
     out = tmp_path / "out"
     cmd = [*DEDUP, "run", str(src), str(out), "--protected", str(prot), "--threads", "1", "--max-contaminated", "1"]
-    _kill_after(cmd, "buckets:")
+    kill_after(cmd, "buckets:")
     before = os.stat(src / "shard-01.parquet")
     footer = pq.ParquetFile(src / "shard-01.parquet").metadata.to_dict()
     edited = frame.copy()
@@ -265,7 +234,7 @@ def test_an_edit_that_keeps_size_and_mtime_starts_over(inputs: tuple[Path, Path]
     again = subprocess.run([*cmd[:4], str(src), str(fresh), *cmd[6:]],
                            capture_output=True, text=True, timeout=240)
     assert again.returncode == 0, again.stderr
-    assert _parquet_digests(out) == _parquet_digests(fresh)
+    assert parquet_digests(out) == parquet_digests(fresh)
 
 
 def test_a_damaged_kept_stage_is_named_and_computed_again(inputs: tuple[Path, Path], dask_processes: Path,
@@ -276,7 +245,7 @@ def test_a_damaged_kept_stage_is_named_and_computed_again(inputs: tuple[Path, Pa
     out = tmp_path / "out"
     cmd = [arg for arg in _command(*inputs, out, dask_processes) if arg not in ("--scheduler-file", str(dask_processes))]
     cmd += ["--threads", "2"]
-    _kill_after(cmd, "roots:")
+    kill_after(cmd, "roots:")
     [staging] = _staging(out)
     part = sorted((staging / "_stages" / "confirm" / "graph").glob("part-*.parquet"))[0]
     part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
@@ -286,12 +255,12 @@ def test_a_damaged_kept_stage_is_named_and_computed_again(inputs: tuple[Path, Pa
     assert "computing confirm, components, survivors, roots again" in got.stderr
     resumed = json.loads((out / "_dedup.json").read_text())["resumed"]
     assert resumed == {"from": "confirm", "reused": ["features", "contamination", "buckets"]}, resumed
-    assert _parquet_digests(out) == baseline
-    _kill_after([*cmd, "--overwrite"], "roots:")
+    assert parquet_digests(out) == baseline
+    kill_after([*cmd, "--overwrite"], "roots:")
     [staging] = _staging(out)
     table = staging / "_stages" / "roots" / "summary.pkl"
     table.write_bytes(b"not the pickle that was kept")
     got = subprocess.run([*cmd, "--overwrite"], capture_output=True, text=True, timeout=240)
     assert got.returncode == 0, got.stderr
     assert f"({table} is not the file that was kept (28 bytes)): computing roots again" in got.stderr, got.stderr
-    assert _parquet_digests(out) == baseline and not _staging(out)
+    assert parquet_digests(out) == baseline and not _staging(out)
