@@ -18,7 +18,7 @@ from dedup.job.manifest import bucket_warning
 from dedup.job.routing import ROWS_META, route, route_ranges, row_count
 from dedup.partition import keyspace
 from dedup.partition.buckets import EDGE_META, KIND_APPROX, LONG_META, bucket_edges, long_form
-from dedup.partition.stand_ins import KEYS_META, stand_in_roots, with_roots
+from dedup.partition.stand_ins import KEYS_META, stand_in_count, stand_in_roots, with_roots
 from dedup.storage import index
 
 log = logging.getLogger("dedup")
@@ -53,7 +53,8 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
 
     index_out: also write the routed rows there as this run's index band files. layout: join each
     bucket range with the earlier indexes' rows of the same range that share a bucket with this run's
-    documents (their features, read at their index partitions and persisted, are returned); edges
+    documents (their features, read at their index partitions with the roots their near duplicates
+    stand for (`dedup.partition.stand_ins`), persisted, are returned); edges
     between two indexed documents are dropped. Band rows of indexes older than format 3, and with
     exact Jaccard, first go to their documents' partitions for their text hashes and to learn which
     documents take part, then back. rows: this input's documents, when known (each gives at most a
@@ -73,16 +74,12 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
         id_dtype = feat._meta["_id"].dtype
         meta = index.features_meta(params.num_perm, id_dtype)
         idx_feat = at_docs.map_partitions(index.index_features, layout, params, exact, id_dtype, meta=meta)
-        # the roots that the earlier outputs' near duplicates stand for, read beside them (survivors scores against them)
-        named = route(idx_feat.map_partitions(stand_in_roots, meta=KEYS_META), "doc", layout.total, layout.placement)
-        roots_feat = named.map_partitions(index.index_features, layout, params, exact, id_dtype, meta=meta)
         if layout.direct(exact):  # the features are read beside the buckets, not on their way
             joined = matched
         else:  # text hashes, and which documents take part, come from the docs files: and back
             kept = dd.map_partitions(index.kept_rows, at_docs, idx_feat, meta=LONG_META, align_dataframes=False)
             joined = route_ranges(kept, k)
         combined = dd.map_partitions(_both, ranged, joined, meta=LONG_META, align_dataframes=False)
-        idx_feat = dd.map_partitions(with_roots, idx_feat, roots_feat, meta=meta, align_dataframes=False)
     edges = combined.map_partitions(bucket_edges, params.max_bucket, first_indexed, meta=EDGE_META)
     writes = ranged.map_partitions(_write_band_part, index_out, meta={"bytes": "int64", "rows": "int64"}) \
         if index_out is not None else None
@@ -93,7 +90,11 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
         lazy["writes"] = writes
     if idx_feat is not None:
         lazy["matched"] = idx_feat.map_partitions(row_count, meta=ROWS_META)
+        lazy["stand_ins"] = idx_feat.map_partitions(stand_in_count, meta=ROWS_META)
     got = dict(zip(lazy, compute(*lazy.values())))
+    if idx_feat is not None and (named := int(got["stand_ins"]["n"].sum())):
+        assert layout is not None
+        idx_feat = _with_their_roots(idx_feat, layout, params, named)
     c = got["sizes"]
     counts = BucketCounts(approximated_buckets=int(c["buckets"].sum()), largest_approximated_bucket=int(c["largest"].max()),
                           index_band_bytes=int(got["writes"]["bytes"].sum()) if "writes" in got else 0,
@@ -103,6 +104,17 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     if warning is not None:
         log.warning("%s", warning)
     return edges, idx_feat, counts
+
+
+def _with_their_roots(idx_feat: dd.DataFrame, layout: index.Layout, params: Params, named: int) -> dd.DataFrame:
+    """The indexed documents' features with the roots their near duplicates stand for (at most `named`:
+    so few take one task, not a shuffle), read at the roots' own partitions; persisted. Survivors
+    scores a new member against the document an earlier output kept, not its stand-in."""
+    keys = route(idx_feat.map_partitions(stand_in_roots, meta=KEYS_META), "doc", layout.total, layout.placement,
+                 rows=named, row_bytes=8)
+    roots_feat = keys.map_partitions(index.index_features, layout, params, params.confirm == "exact",
+                                     idx_feat._meta["_id"].dtype, meta=idx_feat._meta)
+    return persist(dd.map_partitions(with_roots, idx_feat, roots_feat, meta=idx_feat._meta, align_dataframes=False))
 
 
 def _approx_sizes(e: pd.DataFrame) -> pd.DataFrame:

@@ -164,8 +164,8 @@ def analyse(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None, near: bool,
             stage.summary = f"bucket edges on the workers, {report.approximated_buckets} approximated bucket(s)"
             if layout is not None:
                 report.indexed_documents = sum(p.documents for p in against)
-                stage.summary += (f"; {b.indexed_matched} of {report.indexed_documents} indexed documents read (those "
-                                  "sharing a bucket with this input, and the roots their near duplicates stand for)")
+                stage.summary += (f"; {b.indexed_matched} of {report.indexed_documents} indexed documents share a "
+                                  "bucket with this input")
             stage.keep({"edges": edge_rows}, frames={"edges": edges, "idx_feat": idx_feat})
     feat_all, texts = feat, ddf
     if idx_feat is not None:  # persisted once: every use in confirm and roots would redo the concat

@@ -19,6 +19,12 @@ def stand_in_roots(feat: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"doc": np.unique(root[root != doc])})
 
 
+def stand_in_count(feat: pd.DataFrame) -> pd.DataFrame:
+    """How many of these indexed documents are near duplicates standing for a root (an upper bound on
+    the roots to read)."""
+    return pd.DataFrame({"n": [int((feat[ROOT_DOC].to_numpy(np.int64) != feat["doc"].to_numpy(np.int64)).sum())]})
+
+
 def with_roots(feat: pd.DataFrame, roots: pd.DataFrame) -> pd.DataFrame:
     """An index partition's features with the roots read for its stand-ins (`roots`, at their own
     partition) added, each document once, sorted by key (`rows_of` looks keys up)."""
