@@ -68,3 +68,39 @@ def test_the_public_api_resolves() -> None:
 
     assert callable(pipeline.run) and callable(pipeline.near_dedup_frame) and callable(pipeline.decontaminate_frame)
     assert dedup.minhash is __import__("dedup.core.minhash", fromlist=["minhash"]).minhash
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each dedup module and the dedup modules it imports (at its top, inside functions or for type checking)."""
+    modules = {".".join(p.relative_to(ROOT.parent).with_suffix("").parts): p for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for m in _imports(path):
+            while m and m not in modules:  # `from dedup.job.plan import Report` names a module; a package's
+                m = m.rpartition(".")[0]     # attribute falls back to the package
+            if m and m != name and not modules[m].name == "__init__.py":
+                found.add(m)
+        graph[name] = found
+    return graph
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import circle anywhere: each module can be understood (and tested) from the ones it imports."""
+    graph = _module_graph()
+    circles = []
+    state: dict[str, int] = {}
+
+    def walk(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                circles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                walk(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node, [node])
+    assert not circles, circles

@@ -9,19 +9,6 @@ from dedup.config import MAX_CONTAMINATED, Params
 from dedup.job.plan import Report, unspaced_warning
 from dedup.report.shown import shorten
 
-
-def versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out = {}
-    for pkg in ("dedup", "numpy", "numba", "pandas", "pyarrow", "dask", "distributed"):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            out[pkg] = "unknown"
-    return out
-
-
 CONTAMINATION_WARN_SHARE = 0.01
 """A warning names any protected record that alone removes more than this share of the corpus."""
 

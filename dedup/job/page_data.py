@@ -21,7 +21,7 @@ from dedup.report import page as report_page
 from dedup.storage import shards as shards_mod
 
 if TYPE_CHECKING:
-    from dedup.job.pipeline import Decisions
+    from dedup.job.decisions import Decisions
 
 
 TOP_CLUSTERS, MEMBERS_SHOWN = 5, 3

@@ -16,7 +16,6 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import dask
@@ -35,14 +34,16 @@ from dedup.job.components import components_on_client, components_on_cluster
 from dedup.job.compute import compute, settle, shared
 from dedup.job.confirm import confirm
 from dedup.job.contamination import contamination
+from dedup.job.decisions import Decisions
 from dedup.job.features import feature_counts, features
 from dedup.job.graphs import persist
 from dedup.job.ids import check_unique_ids, conflict_counts, id_conflicts
-from dedup.job.manifest import chained_warning, contamination_guard, versions, warnings_of
+from dedup.job.manifest import chained_warning, contamination_guard, warnings_of
 from dedup.job.plan import Plan, Report, Stage, prepare
 from dedup.job.roots import roots
 from dedup.job.routing import ID_ROW_BYTES, route
 from dedup.job.survivors import survivors
+from dedup.job.versions import versions
 from dedup.partition import keyspace
 from dedup.partition.decisions import attach_roots
 from dedup.partition.features import KEEP, ROOT_DOC, mark_skipped
@@ -56,24 +57,6 @@ from dedup.storage.safety import MANIFEST, TooContaminated, UsageError
 from dedup.storage.staging import RESUME, deferred_interrupts
 
 log = logging.getLogger("dedup")
-
-
-@dataclass
-class Decisions:
-    """What `analyse` decided: persisted features (doc key, id, contamination per row, in input
-    order) and, with near-dedup, (doc, root) of every clustered document routed to its partition."""
-
-    feat: dd.DataFrame
-    roots: dd.DataFrame | None
-    matches: dd.DataFrame | None = None
-    """(doc, matched, estimate, jaccard) per clustered document at its partition, for the report: the
-    roots themselves, when they carry them (`dedup.job.roots.roots` with `scored`)."""
-    clusters: pd.DataFrame | None = None
-    """For the report: cluster sizes, the largest clusters and their first members (`page_data.cluster_summary`)."""
-    examples: pd.DataFrame | None = None
-    """For the report: (source, doc, _id), a contaminated document per protected record and partition."""
-    near_pairs: pd.DataFrame | None = None
-    """For the report: the candidate pairs nearest the threshold (`dedup.partition.confirm.NEAR_META`)."""
 
 
 def _check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:

@@ -231,7 +231,7 @@ def fingerprint(shards: Sequence[shards_mod.Shard], params: Params, options: dic
     text (`ProtectedNgrams.digest`), the earlier indexes, and each input file's version (its file
     system's identity of it, `stamps.file_versions`, and its footer's hash). Two runs with equal
     fingerprints compute the same stage results."""
-    from dedup.job.manifest import versions
+    from dedup.job.versions import versions
     from dedup.storage.stamps import file_versions
 
     return {"version": versions(), "parameters": params.as_dict(), "options": options,
