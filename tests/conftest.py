@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,27 +113,35 @@ def parquet_digests(out: Path) -> dict[str, str]:
             for p in sorted(out.rglob("*.parquet")) if p.is_file()}
 
 
-def kill_after(cmd: list[str], line: str, timeout: float = 240) -> str:
-    """Start `cmd`, SIGKILL it as soon as a line of its stderr starts with `line`; its stderr until then."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def wait_for_line(proc: subprocess.Popen[str], found: Callable[[str], bool], timeout: float = 120) -> str:
+    """The stderr of `proc` read until a line for which `found` is true; all of it read so far (an
+    AssertionError with it when no such line comes within `timeout` seconds)."""
     seen = ""
     deadline = time.time() + timeout
+    assert proc.stderr is not None
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen += line
+        if found(line):
+            return seen
+    raise AssertionError(f"the line looked for never appeared; stderr so far:\n{seen}")
+
+
+def kill_after(cmd: list[str], line: str, timeout: float = 240) -> str:
+    """Start `cmd`, SIGKILL it as soon as a line of its stderr starts with `line` (after the log's
+    time and name); its stderr until then."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stderr is not None
-        while time.time() < deadline:
-            got = proc.stderr.readline()
-            if not got:
-                break
-            seen += got
-            if got.split(" ", 3)[-1].startswith(line):
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(timeout=30)
-                return seen
+        seen = wait_for_line(proc, lambda got: got.split(" ", 3)[-1].startswith(line), timeout)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        return seen
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    raise AssertionError(f"no line starting {line!r}; stderr:\n{seen}")
 
 
 def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:

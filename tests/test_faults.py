@@ -16,7 +16,7 @@ import pytest
 
 from dedup.corpus import generate
 from dedup.job.pipeline import _explain_killed_worker, run
-from tests.conftest import write_shards
+from tests.conftest import wait_for_line, write_shards
 
 
 def _assignments(out: Path) -> bytes:
@@ -93,17 +93,7 @@ def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, und
 
 
 def _wait_for(proc: subprocess.Popen, text: str, timeout: float = 120) -> str:
-    seen = ""
-    deadline = time.time() + timeout
-    assert proc.stderr is not None
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen += line
-        if text in line:
-            return seen
-    raise AssertionError(f"{text!r} never appeared; stderr so far:\n{seen}")
+    return wait_for_line(proc, lambda line: text in line, timeout)
 
 
 def _snapshot(path: Path) -> dict[str, bytes]:
