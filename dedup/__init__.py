@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on first use
     from dedup.config import Params
-    from dedup.core.decontam import ProtectedNgrams, contaminated, decontaminate, protected_ngrams
+    from dedup.core.decontam import ProtectedNgrams, contaminated
     from dedup.core.docs import Doc
     from dedup.core.hashing import MERSENNE_P, PCG32, fnv1a64, perm_params, shingle_hashes
     from dedup.core.lsh import LSH, band_keys, optimal_params, probability
@@ -19,25 +19,27 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time names load on 
     from dedup.core.near import clusters, near_dedup
     from dedup.core.text import jaccard, shingles, words
     from dedup.core.unionfind import UnionFind, components
+    from dedup.storage.protected import decontaminate, protected_ngrams, read_protected
 
 __version__ = "0.1.0"
 
 _HOME = {
     "Params": "config", "ProtectedNgrams": "core.decontam", "contaminated": "core.decontam",
-    "decontaminate": "core.decontam", "protected_ngrams": "core.decontam", "Doc": "core.docs",
+    "decontaminate": "storage.protected", "protected_ngrams": "storage.protected",
+    "read_protected": "storage.protected", "Doc": "core.docs",
     "MERSENNE_P": "core.hashing", "PCG32": "core.hashing", "fnv1a64": "core.hashing", "perm_params": "core.hashing",
     "shingle_hashes": "core.hashing", "LSH": "core.lsh", "band_keys": "core.lsh", "optimal_params": "core.lsh",
     "probability": "core.lsh", "estimate": "core.minhash", "minhash": "core.minhash", "signatures": "core.minhash",
     "clusters": "core.near", "near_dedup": "core.near", "jaccard": "core.text", "shingles": "core.text",
     "words": "core.text", "UnionFind": "core.unionfind", "components": "core.unionfind",
 }
-"""Where each public name lives (a module of `dedup.core`, or `dedup.config`)."""
+"""Where each public name lives (a module of `dedup.core`, `dedup.storage.protected` or `dedup.config`)."""
 
 __all__ = [
     "LSH", "MERSENNE_P", "PCG32", "Doc", "Params", "ProtectedNgrams", "UnionFind", "band_keys",
     "clusters", "components", "contaminated", "decontaminate", "estimate", "fnv1a64", "jaccard",
     "minhash", "near_dedup", "optimal_params", "perm_params", "probability", "protected_ngrams",
-    "shingle_hashes", "shingles", "signatures", "words",
+    "read_protected", "shingle_hashes", "shingles", "signatures", "words",
 ]
 
 

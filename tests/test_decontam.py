@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dedup import Doc, ProtectedNgrams, contaminated, decontaminate, protected_ngrams
+from dedup import Doc, ProtectedNgrams, contaminated, decontaminate, protected_ngrams, read_protected
 from dedup.core.text import word_ngrams
 
 PROTECTED = "Tom found a shiny red shell by the river and carried it home to show his sister."
@@ -53,7 +53,7 @@ def protected_file(tmp_path: Path) -> Path:
 def test_rule_table(protected_file: Path, text: str, flagged: bool, why: str) -> None:
     grams = protected_ngrams([protected_file])
     assert contaminated(text, grams) is flagged, why
-    assert bool(ProtectedNgrams.from_paths([protected_file]).flags([text])[0]) is flagged, why
+    assert bool(read_protected([protected_file]).flags([text])[0]) is flagged, why
 
 
 def test_id_like_keys_are_not_protected(protected_file: Path) -> None:
@@ -102,7 +102,7 @@ def test_decontaminate_streams_lazily(protected_file: Path) -> None:
 
 def test_hash_hits_are_confirmed_against_the_ngram_text(protected_file: Path) -> None:
     """A hash collision must never cost a document: the bytes are compared on every hit."""
-    prot = ProtectedNgrams.from_paths([protected_file])
+    prot = read_protected([protected_file])
     fake = dataclasses.replace(prot, buf=np.full_like(prot.buf, ord("q")))  # same hashes, other bytes: all collisions
     assert prot.flags([PROTECTED])[0] and not fake.flags([PROTECTED])[0]
 
@@ -111,7 +111,7 @@ def test_first_hit_names_the_first_record(tmp_path: Path) -> None:
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("completely different words that make up a thirteen word window for file a here")
     b.write_text(PROTECTED)
-    prot = ProtectedNgrams.from_paths([a, b])
+    prot = read_protected([a, b])
     from dedup.core.text import encode_batch
 
     assert prot.first_hit(encode_batch([PROTECTED, "clean", None])).tolist() == [1, -1, -1]
@@ -144,4 +144,4 @@ def _protected_from_grams(text: str) -> ProtectedNgrams:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "p.txt"
         path.write_text(text)
-        return ProtectedNgrams.from_paths([path])
+        return read_protected([path])

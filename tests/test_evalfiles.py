@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dedup import ProtectedNgrams
+from dedup import read_protected
 from dedup.core.text import encode_batch
 from dedup.job.pipeline import run
 from tests.conftest import write_shards
@@ -59,7 +59,7 @@ FORMATS = ["jsonl", "jsonl.gz", "jsonl.bz2", "json array", "json object", "parqu
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_protects_every_record(tmp_path: Path, fmt: str) -> None:
     path = _write_formats(tmp_path / "evals")[fmt]
-    prot = ProtectedNgrams.from_paths([path])
+    prot = read_protected([path])
     docs = [f"prefix {q} suffix" for q in QUESTIONS] + ["q0 yes t alpha0", None]
     assert prot.flags(docs).tolist() == [True] * 14 + [False, False]
     expected_records = 1 if fmt == "txt" else 14
@@ -101,15 +101,15 @@ def test_unreadable_eval_files_are_named(tmp_path: Path) -> None:
     (d / "ok.jsonl").write_text(json.dumps(RECORDS[0]) + "\n")
     (d / "figure.png").write_bytes(b"\x89PNG\r\n")
     with pytest.raises(ValueError, match=r"holds files of no protected kind, e.g. \[.*figure.png"):
-        ProtectedNgrams.from_paths([d])
+        read_protected([d])
     latin = tmp_path / "latin.txt"
     latin.write_bytes("café au lait".encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin.txt is not UTF-8 \(byte 3\)"):
-        ProtectedNgrams.from_paths([latin])
+        read_protected([latin])
     bad = tmp_path / "bad.json"
     bad.write_text('[{"q": "x"},')
     with pytest.raises(ValueError, match=r"bad.json: not valid JSON at line 1"):
-        ProtectedNgrams.from_paths([bad])
+        read_protected([bad])
 
 
 def test_a_huge_protected_line_is_held_compactly(tmp_path: Path) -> None:
@@ -117,12 +117,12 @@ def test_a_huge_protected_line_is_held_compactly(tmp_path: Path) -> None:
     code = f"""
 import resource, random
 from pathlib import Path
-from dedup import ProtectedNgrams
+from dedup import read_protected
 random.seed(0)
 vocab = ["w%d" % i for i in range(50000)]
 Path({str(tmp_path / 'big.txt')!r}).write_text(" ".join(random.choice(vocab) for _ in range(3_000_000)))
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-prot = ProtectedNgrams.from_paths([{str(tmp_path / 'big.txt')!r}])
+prot = read_protected([{str(tmp_path / 'big.txt')!r}])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(len(prot), (peak - base) // 1024)
 """
@@ -133,7 +133,7 @@ print(len(prot), (peak - base) // 1024)
 
 
 def test_hit_counts_per_batch() -> None:
-    prot = ProtectedNgrams.from_paths([Path(__file__)])  # any text file: this one
+    prot = read_protected([Path(__file__)])  # any text file: this one
     hc = prot.hit_counts(encode_batch(["nothing here", None]))
     assert hc.empty and list(hc.columns) == ["kind", "index", "documents", "gram"]
 
@@ -148,10 +148,10 @@ def test_every_csv_cell_is_protected_whatever_the_width_or_length(tmp_path: Path
             f'q2,"{long_passage}",no', f"{QUESTIONS[3]},short,no"]  # an id column's text stays a label
     path = tmp_path / "wide.csv"
     path.write_text("\n".join(rows) + "\n")
-    prot = ProtectedNgrams.from_paths([path])
+    prot = read_protected([path])
     docs = [f"prefix {q} suffix" for q in QUESTIONS[:6]]
     assert prot.flags(docs).tolist() == [True, True, True, False, False, True]
     assert list(prot.record_labels) == ["row 0", "row 1", "row 2", "row 3"]
     tsv = tmp_path / "wide.tsv"
     tsv.write_text("\n".join(r.replace(",", "\t") for r in rows[:3]) + "\n")
-    assert ProtectedNgrams.from_paths([tsv]).flags(docs[:3]).tolist() == [True, True, True]
+    assert read_protected([tsv]).flags(docs[:3]).tolist() == [True, True, True]

@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 from dedup.corpus import generate
-from dedup.job.pipeline import _explain_killed_worker, run
+from dedup.job.failures import explain_killed_worker
+from dedup.job.pipeline import run
 from tests.conftest import wait_for_line, write_shards
 
 
@@ -163,14 +164,14 @@ def test_worker_that_keeps_dying_names_the_input_file_only_when_reading_it() -> 
     groups = [["data/a.parquet"], ["data/b.parquet"], ["data/c.parquet", "data/d.parquet"]]
     exc = KilledWorker(("read-shards-0123", 1), "tcp://127.0.0.1:1234", 3)
     with pytest.raises(RuntimeError, match=r"while reading input file 'data/b.parquet' \(partition 1\)") as info:
-        _explain_killed_worker(exc, groups)
+        explain_killed_worker(exc, groups)
     assert info.value.__cause__ is exc
     with pytest.raises(RuntimeError, match=r"input partition 2 \(files \['data/c.parquet', 'data/d.parquet'\]\)"):
-        _explain_killed_worker(KilledWorker(("features-99", 2), "tcp://127.0.0.1:1234", 3), groups)
+        explain_killed_worker(KilledWorker(("features-99", 2), "tcp://127.0.0.1:1234", 3), groups)
     with pytest.raises(RuntimeError, match=r"running 'shuffle-transfer-abc'.*protected n-grams \(120 MB\)") as info:
-        _explain_killed_worker(KilledWorker(("shuffle-transfer-abc", 0), "tcp://127.0.0.1:1234", 3), groups, 120.0)
+        explain_killed_worker(KilledWorker(("shuffle-transfer-abc", 0), "tcp://127.0.0.1:1234", 3), groups, 120.0)
     assert "data/a.parquet" not in str(info.value)
-    _explain_killed_worker(ValueError("other errors pass through"), groups)
+    explain_killed_worker(ValueError("other errors pass through"), groups)
 
 
 def test_boilerplate_copies_finish_in_one_cluster_without_pair_blowup(client, tmp_path: Path) -> None:

@@ -140,7 +140,8 @@ def test_the_sample_reads_every_file_in_proportion_to_its_rows(tmp_path: Path, t
     corpus 43% of whose texts are Chinese, interleaved with English, is warned of."""
     from dedup.core.text import unspaced
     from dedup.job.plan import unspaced_warning
-    from dedup.storage.shards import discover, read_footers, sample_texts
+    from dedup.storage.reads import sample_texts
+    from dedup.storage.shards import discover, read_footers
 
     zh = ["这是一个关于数据清洗的测试文档，用来检查近似重复的检测是否正确。" + str(i) for i in range(300)]
     mixed = [zh[i] if i % 100 < 43 else texts[i] for i in range(300)]

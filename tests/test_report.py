@@ -146,7 +146,7 @@ def test_report_examples_read_only_their_rows_across_row_groups(tmp_path: Path) 
     asked, across row groups, with nulls and a dictionary-encoded column, as pandas reads them."""
     import pyarrow as pa
 
-    from dedup.storage.shards import read_rows
+    from dedup.storage.reads import read_rows
 
     texts = [None if i % 11 == 3 else f"text number {i} " + "é" * (i % 4) for i in range(50)]
     table = pa.table({"id": list(range(50)), "text": pa.array(texts, pa.string()),

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dedup.corpus import generate
-from dedup.job.checkpoints import ORDER
+from dedup.job.analysis import ORDER
 from tests.conftest import DEDUP, kill_after, parquet_digests, start_dask, start_scheduler, write_shards
 
 

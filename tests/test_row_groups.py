@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dedup import Params
 from dedup.job.pipeline import run
-from dedup.storage import shards
+from dedup.storage import reads, shards
 
 PARAMS = Params(max_bucket=4)
 
@@ -132,6 +132,6 @@ def test_a_later_run_against_a_split_file_output_finds_its_documents(skewed_fram
 def test_reading_rows_of_a_file_gives_those_rows(tmp_path: Path, start: int, stop: int) -> None:
     table = pa.table({"id": pa.array(range(562)), "text": pa.array([f"t{i}" for i in range(562)])})
     pq.write_table(table, tmp_path / "f.parquet", row_group_size=50)
-    got = shards.read_table(str(tmp_path / "f.parquet"), ["text"], start, stop)
+    got = reads.read_table(str(tmp_path / "f.parquet"), ["text"], start, stop)
     assert got.column("text").to_pylist() == [f"t{i}" for i in range(start, stop)]
-    assert shards.read_table(str(tmp_path / "f.parquet"), None, start, stop).equals(table.slice(start, stop - start))
+    assert reads.read_table(str(tmp_path / "f.parquet"), None, start, stop).equals(table.slice(start, stop - start))

@@ -8,10 +8,8 @@ confirmed against the real n-gram and a collision never costs a document.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 import pandas as pd
@@ -19,33 +17,7 @@ from numpy.typing import NDArray
 
 from dedup.core import _kernels
 from dedup.core.docs import Doc
-from dedup.core.text import TextBatch, _check_size, encode_batch, word_ngrams, words
-from dedup.storage import evalfiles
-
-PathLike = Union[str, "os.PathLike[str]"]
-
-
-def protected_texts(path: PathLike) -> Iterator[str]:
-    """Every protected text of a file or directory, in order (see `dedup.storage.evalfiles` for the formats)."""
-    for f in evalfiles.files_of(str(path)):
-        for _label, texts in evalfiles.records(f):
-            yield from texts
-
-
-def _as_paths(paths: PathLike | Iterable[PathLike]) -> list[PathLike]:
-    if isinstance(paths, (str, os.PathLike)):
-        return [paths]
-    return list(paths)
-
-
-def protected_ngrams(paths: PathLike | Iterable[PathLike], ngram_size: int = 13) -> set[str]:
-    """The set of word n-grams of every protected text in `paths`."""
-    _check_size("ngram_size", ngram_size)
-    grams: set[str] = set()
-    for path in _as_paths(paths):
-        for text in protected_texts(path):
-            grams |= word_ngrams(text, ngram_size)
-    return grams
+from dedup.core.text import TextBatch, _check_size, encode_batch, words
 
 
 def contaminated(text: str | None, grams: set[str] | frozenset[str], ngram_size: int = 13) -> bool:
@@ -57,14 +29,9 @@ def contaminated(text: str | None, grams: set[str] | frozenset[str], ngram_size:
     return any(" ".join(w[i : i + ngram_size]) in grams for i in range(len(w) - ngram_size + 1))
 
 
-def decontaminate(
-    docs: Iterable[Doc], protected: set[str] | frozenset[str] | PathLike | Sequence[PathLike], ngram_size: int = 13
-) -> Iterator[Doc]:
-    """Yield the documents that are not contaminated, lazily, in order.
-
-    `protected` is a set of n-grams (from `protected_ngrams`) or the protected file path(s).
-    """
-    grams = protected if isinstance(protected, (set, frozenset)) else protected_ngrams(protected, ngram_size)
+def decontaminate(docs: Iterable[Doc], grams: set[str] | frozenset[str], ngram_size: int = 13) -> Iterator[Doc]:
+    """Yield the documents that share no word n-gram with `grams`, lazily, in order
+    (`dedup.decontaminate` also takes the protected files' paths)."""
     for doc in docs:
         if not contaminated(doc.text, grams, ngram_size):
             yield doc
@@ -96,24 +63,22 @@ class ProtectedNgrams:
     files: tuple[str, ...]
 
     @classmethod
-    def from_paths(cls, paths: PathLike | Iterable[PathLike], ngram_size: int = 13) -> ProtectedNgrams:
-        """Read every record of every file (directories expanded) and index its n-grams; no
-        Python object per n-gram, so a 20 MB line costs about 40 bytes per word."""
+    def from_records(cls, files: Sequence[str], records: Iterable[tuple[int, str, Sequence[str]]],
+                     ngram_size: int = 13) -> ProtectedNgrams:
+        """Index the n-grams of protected records: (file index, label, texts) in file order
+        (`dedup.storage.protected.read_protected` reads them from eval files). No Python object
+        per n-gram, so a 20 MB line costs about 40 bytes per word."""
         _check_size("ngram_size", ngram_size)
-        files: list[str] = []
-        for p in _as_paths(paths):
-            files += evalfiles.files_of(str(p))
         texts: list[str] = []
         text_record: list[int] = []
         record_file: list[int] = []
         labels: list[str] = []
-        for fi, f in enumerate(files):
-            for label, rec_texts in evalfiles.records(f):
-                rid = len(labels)
-                labels.append(label)
-                record_file.append(fi)
-                texts += rec_texts
-                text_record += [rid] * len(rec_texts)
+        for fi, label, rec_texts in records:
+            rid = len(labels)
+            labels.append(label)
+            record_file.append(fi)
+            texts += rec_texts
+            text_record += [rid] * len(rec_texts)
         batch = encode_batch(texts)
         h, offsets = batch.window_hashes(ngram_size, short=False)
         start, end, _ = batch.spans(ngram_size, short=False)

@@ -16,10 +16,12 @@ from dedup.job.compute import compute
 from dedup.job.graphs import persist
 from dedup.job.manifest import bucket_warning
 from dedup.job.routing import ROWS_META, route, route_ranges, row_count
+from dedup.job.stage import Job, Step
 from dedup.partition import keyspace
 from dedup.partition.buckets import EDGE_META, KIND_APPROX, LONG_META, bucket_edges, long_form
-from dedup.partition.stand_ins import KEYS_META, stand_in_count, stand_in_roots, with_roots
-from dedup.storage import index
+from dedup.partition.features import KEEP, ROOT_DOC
+from dedup.partition.stand_ins import KEYS_META, own_roots, stand_in_count, stand_in_roots, with_roots
+from dedup.storage import index_files, index_lookup
 
 log = logging.getLogger("dedup")
 
@@ -39,7 +41,7 @@ class BucketCounts:
 
 def _write_band_part(rows: pd.DataFrame, root: str, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     assert partition_info is not None
-    return pd.DataFrame({"bytes": [index.write_bands(rows, root, partition_info["number"])], "rows": [len(rows)]})
+    return pd.DataFrame({"bytes": [index_files.write_bands(rows, root, partition_info["number"])], "rows": [len(rows)]})
 
 
 def _both(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -47,7 +49,8 @@ def _both(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, *, index_out: str | None = None,
-            layout: index.Layout | None = None, rows: int | None = None) -> tuple[dd.DataFrame, dd.DataFrame | None, BucketCounts]:
+            layout: index_lookup.Layout | None = None, rows: int | None = None
+            ) -> tuple[dd.DataFrame, dd.DataFrame | None, BucketCounts]:
     """Bucket edges on the workers: the long form (band, key, doc) routed to the range of its key,
     every bucket turned into same-text, candidate or star edges. Persisted; counts approximated buckets.
 
@@ -69,15 +72,15 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     if layout is not None and layout.parts:
         first_indexed = layout.first_key
         exact = params.confirm == "exact"
-        matched = ranged.map_partitions(index.matched_rows, layout, k, meta=LONG_META)
+        matched = ranged.map_partitions(index_lookup.matched_rows, layout, k, meta=LONG_META)
         at_docs = route(matched, "doc", layout.total, layout.placement)
         id_dtype = feat._meta["_id"].dtype
-        meta = index.features_meta(params.num_perm, id_dtype)
-        idx_feat = at_docs.map_partitions(index.index_features, layout, params, exact, id_dtype, meta=meta)
+        meta = index_lookup.features_meta(params.num_perm, id_dtype)
+        idx_feat = at_docs.map_partitions(index_lookup.index_features, layout, params, exact, id_dtype, meta=meta)
         if layout.direct(exact):  # the features are read beside the buckets, not on their way
             joined = matched
         else:  # text hashes, and which documents take part, come from the docs files: and back
-            kept = dd.map_partitions(index.kept_rows, at_docs, idx_feat, meta=LONG_META, align_dataframes=False)
+            kept = dd.map_partitions(index_lookup.kept_rows, at_docs, idx_feat, meta=LONG_META, align_dataframes=False)
             joined = route_ranges(kept, k)
         combined = dd.map_partitions(_both, ranged, joined, meta=LONG_META, align_dataframes=False)
     edges = combined.map_partitions(bucket_edges, params.max_bucket, first_indexed, meta=EDGE_META)
@@ -106,13 +109,13 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     return edges, idx_feat, counts
 
 
-def _with_their_roots(idx_feat: dd.DataFrame, layout: index.Layout, params: Params, named: int) -> dd.DataFrame:
+def _with_their_roots(idx_feat: dd.DataFrame, layout: index_lookup.Layout, params: Params, named: int) -> dd.DataFrame:
     """The indexed documents' features with the roots their near duplicates stand for (at most `named`:
     so few take one task, not a shuffle), read at the roots' own partitions; persisted. Survivors
     scores a new member against the document an earlier output kept, not its stand-in."""
     keys = route(idx_feat.map_partitions(stand_in_roots, meta=KEYS_META), "doc", layout.total, layout.placement,
                  rows=named, row_bytes=8)
-    roots_feat = keys.map_partitions(index.index_features, layout, params, params.confirm == "exact",
+    roots_feat = keys.map_partitions(index_lookup.index_features, layout, params, params.confirm == "exact",
                                      idx_feat._meta["_id"].dtype, meta=idx_feat._meta)
     return persist(dd.map_partitions(with_roots, idx_feat, roots_feat, meta=idx_feat._meta, align_dataframes=False))
 
@@ -122,3 +125,54 @@ def _approx_sizes(e: pd.DataFrame) -> pd.DataFrame:
     a = e[e["kind"] == KIND_APPROX]
     sizes = a.groupby(["band", "left"]).size() + 1 if len(a) else pd.Series(dtype=np.int64)
     return pd.DataFrame({"buckets": [len(sizes)], "largest": [int(sizes.max()) if len(sizes) else 0], "edges": [len(e)]})
+
+
+class Buckets(Step):
+    """Stage 3: bucket edges (and this run's index band files); with `--against`, the earlier outputs'
+    documents that share a bucket with this input, whose features and texts the next stages read
+    after this input's (`feat_all`, `texts`)."""
+
+    name = "buckets"
+    values = ("edge_rows",)
+    frames = ("edges", "idx_feat")
+
+    def wanted(self, job: Job) -> bool:
+        return job.settings.near
+
+    def before(self, job: Job) -> None:
+        against = job.settings.against
+        job.layout = index_lookup.Layout.gathering(against, job.feat.npartitions) if against else None
+
+    def run(self, job: Job) -> str:
+        s, report = job.settings, job.report
+        job.edges, job.idx_feat, b = buckets(job.feat, s.params, s.npartitions, index_out=s.index_out,
+                                             layout=job.layout, rows=report.input_rows)
+        report.approximated_buckets = b.approximated_buckets
+        report.largest_approximated_bucket = b.largest_approximated_bucket
+        report.index_bytes += b.index_band_bytes
+        report.bucket_partitions = b.bucket_partitions
+        job.edge_rows = b.edges
+        summary = f"bucket edges on the workers, {report.approximated_buckets} approximated bucket(s)"
+        if job.layout is not None:
+            report.indexed_documents = sum(p.documents for p in s.against)
+            summary += (f"; {b.indexed_matched} of {report.indexed_documents} indexed documents share a "
+                        "bucket with this input")
+        return summary
+
+    def after(self, job: Job) -> None:
+        feat, ddf, text_column = job.feat, job.ddf, job.settings.text_column
+        job.feat_all, job.texts = feat, ddf
+        if job.idx_feat is None:
+            return
+        # persisted once: every use in confirm and roots would redo the concat
+        old = job.idx_feat.partitions[feat.npartitions:].clear_divisions()
+        if KEEP in feat.columns:  # an earlier output's documents survive whatever their value: none is read
+            old = old.map_partitions(_no_keep, feat._meta[KEEP].dtype,
+                                     meta=old._meta.assign(**{KEEP: feat._meta[KEEP].iloc[:0]}))
+        job.feat_all = persist(dd.concat([feat.map_partitions(own_roots, meta=own_roots(feat._meta)),
+                                          old[[*feat.columns, ROOT_DOC]]]))
+        job.texts = dd.concat([ddf[[text_column]], old[["_text"]].rename(columns={"_text": text_column})])
+
+
+def _no_keep(part: pd.DataFrame, dtype: Any) -> pd.DataFrame:
+    return part.assign(**{KEEP: pd.Series([None] * len(part), dtype=dtype, index=part.index)})

@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import pickle
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -39,30 +39,29 @@ STAGES_DIR = "_stages"
 DONE = "_done.json"
 META = "_meta.pkl"
 """Beside a kept frame's parts: its Dask meta (an empty frame with its dtypes), pickled."""
-ORDER = ("features", "contamination", "buckets", "confirm", "components", "survivors", "roots", "write")
-"""The stages whose results are kept, in the order they run (a run may skip contamination, and
-survivors without the report or `--clusters centred`)."""
 
 
 class Checkpoints:
     """The kept results of one staging directory: those an interrupted run finished, and this run's."""
 
-    def __init__(self, staging: Staging | None) -> None:
+    def __init__(self, staging: Staging | None, order: Sequence[str] = ()) -> None:
+        """`order`: the stages whose results are kept, in the order they run (`dedup.job.analysis.ORDER`)."""
         self.staging = staging
+        self.order = tuple(order)
         self.done: dict[str, dict[str, Any]] = {}
         self.first_run: str | None = None
         self.reused_stages: list[str] = []
         if staging is None:
             return
         self.root = f"{staging.tmp}/{STAGES_DIR}"
-        for stage in ORDER:
+        for stage in self.order:
             try:
                 with staging.fs.open(f"{self.root}/{stage}/{DONE}", "r") as fh:
                     self.done[stage] = json.load(fh)
             except (FileNotFoundError, ValueError):
                 continue
         self.verify()
-        self.reused_stages = [s for s in ORDER if s in self.done]
+        self.reused_stages = [s for s in self.order if s in self.done]
         if self.done:
             staging.keep = True
 
@@ -71,11 +70,11 @@ class Checkpoints:
         written (each stage reads the ones before it): that one and the rest are computed again, and
         their marks are removed, so that a damaged file can never stop the same command twice."""
         assert self.staging is not None
-        for i, stage in enumerate(s for s in ORDER if s in self.done):
+        for i, stage in enumerate(s for s in self.order if s in self.done):
             problem = self._damaged(stage)
             if problem is None:
                 continue
-            dropped = [s for s in ORDER if s in self.done][i:]
+            dropped = [s for s in self.order if s in self.done][i:]
             log.warning("a kept result of the interrupted run is damaged (%s): computing %s again", problem,
                         ", ".join(dropped))
             for s in dropped:
@@ -206,7 +205,7 @@ class Checkpoints:
         if self.staging is None:
             return []
         fs = self.staging.fs
-        return [s for s in ORDER if s in self.done or fs.exists(f"{self.root}/{s}/{DONE}")]
+        return [s for s in self.order if s in self.done or fs.exists(f"{self.root}/{s}/{DONE}")]
 
     def summary(self) -> dict[str, Any] | None:
         """The manifest's `resumed`: the first stage run again and the stages reused; None if none was."""

@@ -10,9 +10,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from dedup.config import CLIENT_COMPONENT_EDGES
 from dedup.core.unionfind import components
 from dedup.job.compute import active_client, compute
 from dedup.job.graphs import persist
+from dedup.job.stage import Job, Step
 from dedup.partition import ccstar, keyspace
 from dedup.partition.roots import MEMBER_META
 
@@ -125,3 +127,31 @@ def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.Dat
 
 def _normalised(d: pd.DataFrame) -> pd.DataFrame:
     return ccstar.normalised(d["left"].to_numpy(np.int64), d["right"].to_numpy(np.int64))
+
+
+class Components(Step):
+    """Stage 5: the confirmed graph's connected components, on the client while its edges are few
+    (`CLIENT_COMPONENT_EDGES`), else on the cluster."""
+
+    name = "components"
+    values = ("mode",)
+    frames = ("labels",)
+
+    def wanted(self, job: Job) -> bool:
+        return job.settings.near
+
+    def run(self, job: Job) -> str:
+        s = job.settings
+        mode = s.components
+        if mode == "auto":
+            mode = "client" if job.graph_edges <= CLIENT_COMPONENT_EDGES else "distributed"
+        job.mode = job.report.components = mode
+        if mode == "client":
+            job.labels = components_on_client(job.graph, job.feat_all.npartitions, s.spill_dir, job.placement)
+            return f"{job.graph_edges} edges joined on the client"
+        job.labels, rounds = components_on_cluster(job.graph, s.npartitions or job.feat.npartitions)
+        job.report.component_rounds = rounds
+        return f"{job.graph_edges} edges joined on the cluster in {rounds} large/small-star rounds"
+
+    def after(self, job: Job) -> None:
+        job.placed = job.mode == "client"

@@ -12,7 +12,9 @@ import pandas as pd
 from dedup.config import Params
 from dedup.job.compute import compute
 from dedup.job.graphs import persist
+from dedup.job.page_data import NEAR_PAIRS
 from dedup.job.routing import ROWS_META, route, row_count
+from dedup.job.stage import Job, Step
 from dedup.partition import keyspace
 from dedup.partition.confirm import (
     GRAPH_META,
@@ -114,3 +116,28 @@ def _tally(d: pd.DataFrame, column: str) -> pd.DataFrame:
     hist = np.histogram(cand[column].to_numpy(np.float64), bins=SIMILARITY_BINS, range=(0.0, 1.0))[0]
     return pd.DataFrame({"candidates": [len(cand)], "confirmed": [int(cand["confirmed"].sum())],
                          "same": [int(same.sum())], "hist": [hist]})
+
+
+class Confirm(Step):
+    """Stage 4: every candidate pair scored, the confirmed graph; the pairs nearest the threshold for the page."""
+
+    name = "confirm"
+    values = ("graph_edges",)
+    frames = ("graph", "scored")
+    tables = ("near_pairs",)
+
+    def wanted(self, job: Job) -> bool:
+        return job.settings.near
+
+    def run(self, job: Job) -> str:
+        s, report = job.settings, job.report
+        job.graph, job.scored, conf = confirm(job.edges, job.feat_all, job.texts, text_column=s.text_column,
+                                              params=s.params, n_new=job.feat.npartitions, placement=job.placement,
+                                              edge_rows=job.edge_rows, near_pairs=NEAR_PAIRS if s.details else 0)
+        job.near_pairs = conf.near_threshold
+        report.similarity_histogram = conf.similarity_histogram
+        report.candidate_pairs, report.confirmed_pairs = conf.candidate_pairs, conf.confirmed_pairs
+        report.same_text_pairs = conf.same_text_pairs
+        job.graph_edges = conf.graph_edges
+        return (f"{report.confirmed_pairs} of {report.candidate_pairs} candidate pairs reach "
+                f"{s.params.threshold:.3f} ({s.params.confirm}), {report.same_text_pairs} same-text pairs")

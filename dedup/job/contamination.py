@@ -13,8 +13,10 @@ import pandas as pd
 from dedup.core.decontam import ProtectedNgrams
 from dedup.core.text import encode_batch, texts_of
 from dedup.job.compute import compute, shared
-from dedup.job.manifest import record_warning
+from dedup.job.manifest import contamination_guard, record_warning
+from dedup.job.stage import Job, Step
 from dedup.partition.features import first_per_record
+from dedup.storage.safety import TooContaminated
 
 log = logging.getLogger("dedup")
 
@@ -65,3 +67,30 @@ def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgr
         if (warning := record_warning(entry, input_rows)) is not None:
             log.warning("%s", warning)
     return ContaminationCounts(per_file, entries, len(recs), first[0] if first else None)
+
+
+class Contamination(Step):
+    """Stage 2 (with protected files): the contaminated documents per protected file and record; then
+    the guard: a run that would remove more than `max_contaminated` of its input stops here."""
+
+    name = "contamination"
+    tables = ("examples",)
+
+    def wanted(self, job: Job) -> bool:
+        return job.settings.protected is not None
+
+    def run(self, job: Job) -> str:
+        s, report = job.settings, job.report
+        assert s.protected is not None
+        got = contamination(job.ddf, job.feat, s.protected, s.text_column, report.input_rows, report.contaminated,
+                            examples=s.details)
+        job.examples = got.examples
+        report.contaminated_by_file = got.by_file
+        report.contaminated_by_record = got.by_record
+        report.contaminated_records = got.records
+        return f"{report.contaminated} documents hit {got.records} protected record(s)"
+
+    def after(self, job: Job) -> None:
+        limit = job.settings.max_contaminated
+        if limit is not None and (stop := contamination_guard(job.report, limit)):
+            raise TooContaminated(stop)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import dask.dataframe as dd
 import pandas as pd
@@ -13,7 +14,10 @@ from dedup.core.decontam import ProtectedNgrams
 from dedup.job.checkpoints import read_part
 from dedup.job.compute import compute, shared
 from dedup.job.graphs import persist
+from dedup.job.ids import check_unique_ids, conflict_counts, existing_ids, id_conflicts
+from dedup.job.stage import Job, Step
 from dedup.partition.features import KEEP, document_features, features_meta
+from dedup.storage import io
 
 
 @dataclass(frozen=True)
@@ -70,3 +74,48 @@ def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
     if missing:
         raise RuntimeError(f"Features were not written for {len(missing)} partition(s), e.g. {missing[0]}.")
     return dd.from_map(partial(read_part, like=feat._meta), paths, meta=feat._meta, enforce_metadata=False)
+
+
+class Features(Step):
+    """Stage 1: the features, kept (worker memory or `features_dir`), and the ids' check in the same
+    round trip (every id unique, and new to the earlier outputs' indexes unless `skip_existing`)."""
+
+    name = "features"
+    frames = ("feat",)
+
+    def run(self, job: Job) -> str:
+        s, report = job.settings, job.report
+        feat, lazy_counts = features(job.ddf, id_column=s.id_column, text_column=s.text_column, params=s.params,
+                                     protected=s.protected, features_dir=s.features_dir)
+        conflicts, k, lazy_ids = id_conflicts(feat, s.npartitions, against=s.against, index_out=s.index_out,
+                                              rows=s.rows)
+        fc, ic, sample = compute(lazy_counts, *lazy_ids)
+        c = feature_counts(fc)
+        if c.null_ids:
+            located = io.null_id_rows(s.null_id_files, s.id_column) if s.null_id_files else []
+            where = "; first at " + ", ".join(f"{f} row {r}" for f, r in located) if located else ""
+            raise ValueError(f"{c.null_ids} document(s) have a null id in column {s.id_column!r}{where}. "
+                             "Every document needs a unique id.")
+        report.input_rows, report.contaminated = c.rows, c.contaminated
+        id_counts, sample = conflict_counts(k, ic, sample)
+        report.id_partitions = id_counts.id_partitions
+        check_unique_ids(sample[sample["kind"] == 0], s.id_column, s.locate, id_counts.repeated)
+        summary = (f"{report.input_rows} rows in {job.ddf.npartitions} partitions, {report.contaminated} "
+                   "contaminated; every id occurs once")
+        if s.against:
+            feat = existing_ids(feat, conflicts, id_counts.existing, sample[sample["kind"] == 1], s.id_column,
+                                s.locate, s.skip_existing)
+            report.skipped_existing = id_counts.existing if s.skip_existing else 0
+            summary += (f"; {report.skipped_existing} already read by an earlier run, skipped"
+                        if report.skipped_existing else "; none was read by an earlier run")
+        job.feat = feat
+        return summary
+
+    def keep(self, job: Job) -> dict[str, Any]:
+        on_disk = job.settings.features_dir is not None and not job.report.skipped_existing  # else marked, in memory
+        return {"written": {"feat": job.feat}} if on_disk else {"frames": {"feat": job.feat}}
+
+    def restore(self, job: Job, values: dict[str, Any]) -> None:
+        job.feat = job.kept.frame(self.name, "feat")
+        if job.settings.features_dir is None:  # kept in memory, as the interrupted run did
+            job.feat = persist(job.feat)

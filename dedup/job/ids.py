@@ -12,9 +12,12 @@ import pandas as pd
 import pyarrow as pa
 
 from dedup.job.graphs import persist
-from dedup.job.routing import ID_ROW_BYTES, range_part, route_by
+from dedup.job.routing import ID_ROW_BYTES, range_part, route, route_by
+from dedup.partition.features import mark_skipped
 from dedup.report.shown import shown_repr
-from dedup.storage import index
+from dedup.storage import index, index_files
+from dedup.storage.safety import UsageError
+from dedup.storage.shards import POSITION_ID
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against:
     ranged = route_by(with_h, partial(range_part, column="_h", npartitions=k), k, rows, ID_ROW_BYTES, ranges=True)
     id_type = pa.int64() if pd.api.types.is_integer_dtype(keys._meta["_id"].dtype) else pa.string()
     meta = CONFLICT_META.assign(_id=keys._meta["_id"])[["doc", "_id", "kind"]]
-    found = persist(ranged.map_partitions(index.id_conflicts, list(against), k, index_out, id_type, meta=meta))
+    found = persist(ranged.map_partitions(index_files.id_conflicts, list(against), k, index_out, id_type, meta=meta))
     lazy = (found.map_partitions(_conflicts_by_kind, meta={"repeated": "int64", "existing": "int64"}),
             found.map_partitions(_conflict_sample, meta=meta))
     return found, k, lazy
@@ -89,3 +92,29 @@ def check_unique_ids(repeated: pd.DataFrame, id_column: str,
     number = count if count is not None else len(names)
     raise ValueError(f"{number} document id(s) in column {id_column!r} occur more than once, e.g. "
                      f"[{', '.join(shown_repr(n) for n in names[:5])}]{where}; ids must be unique. Nothing was written.")
+
+
+def existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sample: pd.DataFrame, id_column: str,
+                 locate: Callable[[int], tuple[str, int]] | None, skip: bool) -> dd.DataFrame:
+    """Refuse (or, with `skip`, mark as skipped) the `count` documents whose id an earlier run's index
+    already holds (`conflicts` of kind 1; `sample`: a few of them, for the message)."""
+    if not count:
+        return feat
+    if not skip:
+        where = ""
+        if locate is not None:
+            where = " (" + ", ".join(f"{shown_repr(i)} in {f} row {r}" for i, (f, r) in
+                                     zip(sample["_id"], (locate(int(k)) for k in sample["doc"]))) + ")"
+        named = ", ".join(shown_repr(str(i)) for i in sample["_id"].head(5))
+        if id_column == POSITION_ID:
+            raise UsageError(f"{count} document(s) have the position of a document an earlier run given with --against "
+                             f"read, e.g. [{named}]: without an id column a document's id is FILE#ROW, and it repeats "
+                             "when files keep their names from one run to the next. Put this run's files under a "
+                             "directory of their own inside INPUT, or name a column of ids with --id-column. Nothing "
+                             "was written.")
+        raise ValueError(f"{count} document id(s) in column {id_column!r} were already read by an earlier run given "
+                         f"with --against, e.g. [{named}]{where}. Pass "
+                         "--skip-existing to leave them out, or give them new ids. Nothing was written.")
+    found = conflicts[conflicts["kind"] == 1][["doc", "_id"]]
+    routed = route(found, "doc", feat.npartitions, rows=count, row_bytes=ID_ROW_BYTES)
+    return persist(dd.map_partitions(mark_skipped, feat, routed, meta=feat._meta, align_dataframes=False))

@@ -6,8 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from dedup.config import MAX_CONTAMINATED, Params
-from dedup.job.plan import Report, unspaced_warning
+from dedup.job.plan import Plan, Report, unspaced_warning
+from dedup.job.versions import versions
+from dedup.report import removed
 from dedup.report.shown import shorten
+from dedup.storage import index
 
 CONTAMINATION_WARN_SHARE = 0.01
 """A warning names any protected record that alone removes more than this share of the corpus."""
@@ -66,3 +69,50 @@ def warnings_of(report: Report, params: Params, max_contaminated: float = MAX_CO
     found.append(bucket_warning(report.approximated_buckets, params.max_bucket, report.largest_approximated_bucket))
     found.append(chained_warning(report, params))
     return [w for w in found if w]
+
+
+def dropped_near(plan: Plan) -> int:
+    """Near duplicates dropped from the output (none when they are only tagged)."""
+    return plan.report.near_duplicates if (plan.near and plan.drop) else 0
+
+
+def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
+    """`_dedup.json`: what the run read, removed and wrote, with its parameters, versions and timings."""
+    report, params, prot = plan.report, plan.params, plan.protected
+    return {
+        "tool": "dedup", "input": plan.input, "input_files": len(plan.shards), "output": plan.output,
+        "partitions": len(plan.groups),
+        "input_rows": report.input_rows, "output_rows": output_rows,
+        "near_duplicates_dropped": dropped_near(plan), "near_duplicates_found": report.near_duplicates,
+        "contaminated_dropped": report.contaminated, "contaminated_by_file": report.contaminated_by_file,
+        "contaminated_by_record": report.contaminated_by_record,
+        "contaminated_records": report.contaminated_records,
+        "clusters": report.clusters, "largest_cluster": report.largest_cluster,
+        "candidate_pairs": report.candidate_pairs, "confirmed_pairs": report.confirmed_pairs,
+        "same_text_pairs": report.same_text_pairs,
+        "approximated_buckets": report.approximated_buckets,
+        "largest_approximated_bucket": report.largest_approximated_bucket,
+        "max_bucket": params.max_bucket, "components": report.components,
+        "component_rounds": report.component_rounds, "near_dedup": plan.near, "drop_duplicates": plan.drop,
+        "cluster_size": plan.cluster_size, "keep_by": ":".join(plan.keep_by) if plan.keep_by else None,
+        "cluster_mode": plan.clusters, "below_threshold_to_survivor": report.below_survivor,
+        "survivor_rounds": report.survivor_rounds, "survivor_histogram": report.survivor_histogram,
+        "features_on_disk": plan.features_on_disk,
+        "id_column": plan.id_column, "text_column": plan.text_column,
+        "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
+        "protected_files": list(prot.files) if prot else [],
+        "versions": versions(), "seconds": report.seconds,
+        "dry_run": plan.dry_run, "similarity_histogram": report.similarity_histogram,
+        "warnings": warnings_of(report, params, plan.max_contaminated), "max_contaminated": plan.max_contaminated,
+        "report": removed.PAGE if plan.write_report else None,
+        "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,
+        "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
+        "skipped_existing": report.skipped_existing,
+        "output_bytes": report.output_bytes,
+        "index": ({"path": index.INDEX_DIR, "documents": report.index_documents,
+                   "near_duplicates": report.index_near_duplicates, "bytes": report.index_bytes,
+                   "bytes_per_document": round(report.index_bytes / max(1, report.index_documents), 1)}
+                  if plan.write_index and plan.near and not plan.dry_run and plan.shards else None),
+        "removed": removed.REMOVED if plan.write_report else None,
+        **({"resumed": resumed} if plan.kept is not None and (resumed := plan.kept.summary()) else {}),
+    }

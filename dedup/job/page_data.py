@@ -18,7 +18,7 @@ from dedup.job.compute import active_client, compute
 from dedup.partition import keyspace
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD
 from dedup.report import page as report_page
-from dedup.storage import shards as shards_mod
+from dedup.storage import reads
 
 if TYPE_CHECKING:
     from dedup.job.decisions import Decisions
@@ -167,7 +167,7 @@ def read_texts(keys: NDArray[np.int64], locate: Callable[[int], tuple[str, int]]
         return {}
     import dask
 
-    texts = compute(*[dask.delayed(shards_mod.read_rows, pure=True)(path, [r for r, _ in rows], text_column)
+    texts = compute(*[dask.delayed(reads.read_rows, pure=True)(path, [r for r, _ in rows], text_column)
                       for path, rows in by_file.items()])
     return {key: t for rows, got in zip(by_file.values(), texts) for (_, key), t in zip(rows, got)}
 

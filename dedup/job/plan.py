@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING, Any, Self
 import pyarrow as pa
 
 from dedup.config import CLUSTER_MODES, COMPONENT_MODES, MAX_CONTAMINATED, Params
+from dedup.storage import reads
 from dedup.storage import shards as shards_mod
 from dedup.storage.safety import UsageError, check_output, expand_protected, input_places, read_manifest
 from dedup.storage.staging import INTERRUPT_REQUESTED, Staging
 
 if TYPE_CHECKING:
-    from dedup.core.decontam import PathLike, ProtectedNgrams
+    from dedup.core.decontam import ProtectedNgrams
     from dedup.storage.index import IndexPart
+    from dedup.storage.protected import PathLike
 
 log = logging.getLogger("dedup")
 
@@ -172,7 +174,7 @@ def _keep_by(spec: str, schema: pa.Schema, near: bool) -> tuple[str, str]:
     if column not in schema.names:
         raise UsageError(f"--keep-by: the input has no column {column!r}; columns found: {schema.names}.")
     t = schema.field(column).type
-    if not shards_mod.orderable(t):
+    if not reads.orderable(t):
         raise UsageError(f"--keep-by: column {column!r} has type {t}, which has no order; give a column of numbers, "
                          "strings, booleans, dates or timestamps.")
     return column, way
@@ -200,7 +202,7 @@ def _check_positions(found: Sequence[shards_mod.Shard], parts: Sequence[IndexPar
 
 
 UNSPACED_WARN_SHARE = 0.1
-"""Under word shingles, a warning when at least this share of a sample of texts (`shards.sample_texts`)
+"""Under word shingles, a warning when at least this share of a sample of texts (`reads.sample_texts`)
 is of scripts written without spaces (`dedup.core.text.unspaced`): a mixed corpus too."""
 
 
@@ -219,7 +221,7 @@ def _warn_unspaced(shards: Sequence[shards_mod.Shard], text_column: str, report:
     (also in the manifest's warnings and on the page, from `report.unspaced`)."""
     from dedup.core.text import unspaced
 
-    sample = shards_mod.sample_texts(shards, text_column)
+    sample = reads.sample_texts(shards, text_column)
     report.unspaced = [sum(map(unspaced, sample)), len(sample)]
     if warning := unspaced_warning(*report.unspaced):
         log.warning("%s", warning)
@@ -240,95 +242,117 @@ def fingerprint(shards: Sequence[shards_mod.Shard], params: Params, options: dic
             "input": {s.name: {**v, "footer": s.footer} for s, v in zip(shards, file_versions([s.path for s in shards]))}}
 
 
-def prepare(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True,
-            id_column: str | None = None,
-            text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
-            components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
-            partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
-            against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True,
-            restart: bool = False, cluster_size: bool = False, keep_by: str | None = None,
-            clusters: str = "connected", max_contaminated: float = MAX_CONTAMINATED) -> Plan:
+@dataclass(frozen=True)
+class Options:
+    """What a job is asked to do (`dedup.job.pipeline.run`'s keyword options, and the CLI's flags)."""
+
+    protected: Sequence[PathLike] = ()
+    near: bool = True
+    id_column: str | None = None
+    text_column: str = "text"
+    params: Params | None = None
+    drop: bool = True
+    overwrite: bool = False
+    components: str = "auto"
+    retries: int = 2
+    features_on_disk: bool | None = None
+    partition_rows: int = shards_mod.PARTITION_ROWS
+    dry_run: bool = False
+    write_report: bool = True
+    against: Sequence[str] = ()
+    """Earlier OUTPUTs whose indexes this run's documents are compared with (near-dedup only)."""
+    skip_existing: bool = False
+    write_index: bool = True
+    restart: bool = False
+    cluster_size: bool = False
+    keep_by: str | None = None
+    clusters: str = "connected"
+    max_contaminated: float = MAX_CONTAMINATED
+
+
+def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     """Check everything that can be checked without a cluster; raise `UsageError` (or ValueError) if not right.
 
-    against: earlier OUTPUTs whose indexes this run's documents are compared with (near-dedup only).
-    `id_column` None: the `id` column, or without one each document's position (`shards.position_id`).
+    `options.id_column` None: the `id` column, or without one each document's position (`shards.position_id`).
     An interrupted run on the same OUTPUT with the same fingerprint (`fingerprint`) is resumed from
-    the stages it finished (`dedup.job.checkpoints`), unless `restart`."""
+    the stages it finished (`dedup.job.checkpoints`), unless `options.restart`."""
+    o = options or Options()
     start = time.perf_counter()
-    params = params or Params()
+    params = o.params or Params()
     report = Report()
-    if components not in COMPONENT_MODES:
-        raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {components!r} instead.")
-    if clusters not in CLUSTER_MODES:
-        raise UsageError(f"--clusters must be one of {', '.join(CLUSTER_MODES)}. Got {clusters!r} instead.")
-    if clusters != "connected" and not near:
+    if o.components not in COMPONENT_MODES:
+        raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {o.components!r} instead.")
+    if o.clusters not in CLUSTER_MODES:
+        raise UsageError(f"--clusters must be one of {', '.join(CLUSTER_MODES)}. Got {o.clusters!r} instead.")
+    if o.clusters != "connected" and not o.near:
         raise UsageError("--clusters says how near duplicates are clustered; it needs `run` or `near`.")
-    if isinstance(max_contaminated, bool) or not isinstance(max_contaminated, (int, float)) or \
-            not 0 <= max_contaminated <= 1:
+    if isinstance(o.max_contaminated, bool) or not isinstance(o.max_contaminated, (int, float)) or \
+            not 0 <= o.max_contaminated <= 1:
         raise UsageError(f"--max-contaminated is a share of the input, from 0 to 1 (1 turns the guard off). Got "
-                         f"{max_contaminated!r} instead.")
-    if isinstance(partition_rows, bool) or not isinstance(partition_rows, int) or partition_rows < 1:
-        raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {partition_rows!r} instead.")
+                         f"{o.max_contaminated!r} instead.")
+    if isinstance(o.partition_rows, bool) or not isinstance(o.partition_rows, int) or o.partition_rows < 1:
+        raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {o.partition_rows!r} instead.")
     files = shards_mod.discover(input)
-    prot_paths = expand_protected([str(p) for p in protected])
-    if against and not near:
+    prot_paths = expand_protected([str(p) for p in o.protected])
+    if o.against and not o.near:
         raise UsageError("--against compares documents with an earlier output's near-dedup index; it needs `run` or "
                          "`near`, not `decontaminate`.")
-    if skip_existing and not against:
+    if o.skip_existing and not o.against:
         raise UsageError("--skip-existing skips documents already in an --against output; give --against too.")
-    check_output(output, inputs=input_places(input, files) + [a for a in against if "://" not in a],
-                 protected=prot_paths, overwrite=overwrite, dry_run=dry_run)
+    check_output(output, inputs=input_places(input, files) + [a for a in o.against if "://" not in a],
+                 protected=prot_paths, overwrite=o.overwrite, dry_run=o.dry_run)
     found = shards_mod.read_footers(files)
     schema = shards_mod.unify(found)
+    id_column = o.id_column
     if id_column is None:  # not named: the `id` column, else each document's position
         id_column = "id" if "id" in schema.names or not found else shards_mod.POSITION_ID
         if id_column == shards_mod.POSITION_ID:
             log.info("the input has no 'id' column: each document's id is its position, FILE#ROW (e.g. %s); "
                      "--id-column names a column of ids", shards_mod.position_id(found[0].name, 0))
-    shards_mod.check_columns(found, schema, id_column, text_column)
-    if cluster_size and not near:
+    shards_mod.check_columns(found, schema, id_column, o.text_column)
+    if o.cluster_size and not o.near:
         raise UsageError("--cluster-size counts near duplicates; it needs `run` or `near`, not `decontaminate`.")
-    if cluster_size and shards_mod.SIZE_COLUMN in schema.names:
+    if o.cluster_size and shards_mod.SIZE_COLUMN in schema.names:
         raise UsageError(f"The input already has a {shards_mod.SIZE_COLUMN!r} column; rename or drop it first.")
-    keep = _keep_by(keep_by, schema, near) if keep_by else None
-    if near and params.shingle_unit == "word":
-        _warn_unspaced(found, text_column, report)
+    keep = _keep_by(o.keep_by, schema, o.near) if o.keep_by else None
+    if o.near and params.shingle_unit == "word":
+        _warn_unspaced(found, o.text_column, report)
     parts: list[IndexPart] = []
-    if against:
+    if o.against:
         from dedup.storage import index
 
-        parts = index.load(list(against), params, shards_mod.id_type_of(schema, id_column))
+        parts = index.load(list(o.against), params, shards_mod.id_type_of(schema, id_column))
         if id_column == shards_mod.POSITION_ID:
             _check_positions(found, parts)
-        if clusters == "centred" and (old := [p for p in parts if p.format < index.ROOTS_LOCATED]):
+        if o.clusters == "centred" and (old := [p for p in parts if p.format < index.ROOTS_LOCATED]):
             raise UsageError(f"--clusters centred --against: the index of {old[0].output} (format {old[0].format}, an "
                              "older dedup) does not record where its near duplicates' roots are, so a new document "
                              "cannot be scored against the document kept in their place. Run that output again with "
                              "this dedup, or use --clusters connected.")
     prot = None
     if prot_paths:
-        from dedup.core.decontam import ProtectedNgrams
+        from dedup.storage.protected import read_protected
 
         with Stage(report, "protected") as stage:
-            prot = ProtectedNgrams.from_paths(prot_paths, params.ngram_size)
+            prot = read_protected(prot_paths, params.ngram_size)
             report.contaminated_by_file = dict.fromkeys(prot.files, 0)
             for name, count in zip(prot.files, prot.gram_counts()):
                 if count == 0:
                     log.warning("protected file %s holds no %d-gram: it protects nothing", name, params.ngram_size)
             stage.summary = f"{len(prot)} distinct {params.ngram_size}-grams from {len(prot.files)} file(s)"
-    options = {"input": input, "near": near, "drop": drop, "id_column": id_column, "text_column": text_column,
-               "components": components, "partition_rows": partition_rows, "dry_run": dry_run,
-               "write_report": write_report, "skip_existing": skip_existing, "write_index": write_index,
-               "cluster_size": cluster_size, "keep_by": keep_by, "clusters": clusters}
-    staging = Staging(output, fingerprint(found, params, options, prot, parts), restart=restart)
-    groups = shards_mod.partitions(found, rows=partition_rows)
-    if big := shards_mod.oversized_groups(found, rows=partition_rows):
+    chosen = {"input": input, "near": o.near, "drop": o.drop, "id_column": id_column, "text_column": o.text_column,
+               "components": o.components, "partition_rows": o.partition_rows, "dry_run": o.dry_run,
+               "write_report": o.write_report, "skip_existing": o.skip_existing, "write_index": o.write_index,
+               "cluster_size": o.cluster_size, "keep_by": o.keep_by, "clusters": o.clusters}
+    staging = Staging(output, fingerprint(found, params, chosen, prot, parts), restart=o.restart)
+    groups = shards_mod.partitions(found, rows=o.partition_rows)
+    if big := shards_mod.oversized_groups(found, rows=o.partition_rows):
         log.info("%d input file(s) hold a row group above the partition bound (%s: %d rows): each is read in row "
                  "ranges that decode it from its start; row groups of at most %d rows read faster", len(big),
-                 big[0][0].path, big[0][1], partition_rows)
-    return Plan(input, output, found, schema, groups, prot, params, near, drop, id_column, text_column, components,
-                retries, features_on_disk, dry_run, write_report, staging, report, start, parts, skip_existing,
-                write_index, cluster_size=cluster_size, keep_by=keep, clusters=clusters,
-                max_contaminated=float(max_contaminated))
+                 big[0][0].path, big[0][1], o.partition_rows)
+    return Plan(input, output, found, schema, groups, prot, params, o.near, o.drop, id_column, o.text_column, o.components,
+                o.retries, o.features_on_disk, o.dry_run, o.write_report, staging, report, start, parts, o.skip_existing,
+                o.write_index, cluster_size=o.cluster_size, keep_by=keep, clusters=o.clusters,
+                max_contaminated=float(o.max_contaminated))
 
 

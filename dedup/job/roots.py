@@ -11,9 +11,11 @@ from typing import Any
 import dask.dataframe as dd
 import pandas as pd
 
+from dedup.job import page_data
 from dedup.job.compute import compute
 from dedup.job.graphs import persist
 from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
+from dedup.job.stage import Job, Step
 from dedup.partition import keyspace
 from dedup.partition.features import KEEP, ROOT_DOC
 from dedup.partition.roots import (
@@ -94,3 +96,31 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     row_bytes = 2 * ID_ROW_BYTES + (ID_ROW_BYTES if scored is not None else 0)
     # persisted: the write uses them in two computations when an input file is split across partitions
     return persist(route(own, "doc", n_new, rows=counts.members, row_bytes=row_bytes)), counts
+
+
+class Roots(Step):
+    """Stage 7: each cluster's root, routed to its members' partitions for the write; the page's
+    summary of the clusters."""
+
+    name = "roots"
+    frames = ("roots",)
+    tables = ("summary",)
+
+    def wanted(self, job: Job) -> bool:
+        return job.settings.near
+
+    def run(self, job: Job) -> str:
+        s, report = job.settings, job.report
+        job.roots, r = roots(job.labels, job.feat_all, job.feat.npartitions, job.first_indexed, job.placement,
+                             placed=job.placed, edge_rows=job.graph_edges,
+                             summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if s.details else None,
+                             scored=job.scored if s.details else None, exact=s.params.confirm == "exact",
+                             sizes=s.cluster_size, keep=s.keep)
+        report.clusters, report.largest_cluster = r.clusters, r.largest
+        report.near_duplicates = r.duplicates
+        report.near_duplicates_of_indexed = r.of_indexed
+        job.summary = r.summary
+        summary = f"{report.clusters} clusters, largest {report.largest_cluster}, {report.near_duplicates} near duplicates"
+        if job.layout is not None:
+            summary += f", {report.near_duplicates_of_indexed} of them of earlier outputs' documents"
+        return summary

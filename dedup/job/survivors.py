@@ -13,19 +13,21 @@ reaches the client: each round it sees counts.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import partial
 
 import dask.dataframe as dd
 import numpy as np
 
-from dedup.config import CLIENT_COMPONENT_EDGES, Params
+from dedup.config import CLIENT_COMPONENT_EDGES
 from dedup.job.components import components_on_client, components_on_cluster
 from dedup.job.compute import compute
 from dedup.job.confirm import SIMILARITY_BINS, score_pairs
 from dedup.job.graphs import persist
+from dedup.job.manifest import chained_warning
 from dedup.job.routing import ID_ROW_BYTES, ROWS_META, label_part, route, route_by, row_count
-from dedup.partition import keyspace
+from dedup.job.stage import Job, Step
 from dedup.partition.confirm import ROUTED_META
 from dedup.partition.features import KEEP, ROOT_DOC
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD, component_rows_meta, with_ids
@@ -43,6 +45,8 @@ from dedup.partition.survivors import (
     survivors_of,
 )
 
+log = logging.getLogger("dedup")
+
 MAX_ROUNDS = 10_000
 """A bound no real graph meets: each round settles at least one member of every cluster."""
 
@@ -59,20 +63,20 @@ class SurvivorCounts:
     histogram: list[int]
 
 
-def survivors(labels: dd.DataFrame, graph: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *,
-              text_column: str, params: Params, centred: bool, first_indexed: int = keyspace.NO_INDEX,
-              placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
-              keep: str | None = None, spill_dir: str | None = None, npartitions: int | None = None,
-              components: str = "auto") -> tuple[dd.DataFrame, SurvivorCounts]:
+def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
     """Settled labels (`PLACED_META`: doc, label = the survivor's key, the similarities to it) for every
-    clustered document, persisted, and the counts. `labels` and `graph`: the components stage's labels
-    (at their documents' partitions when `placed`) and the confirmed graph, of `edge_rows` edges.
-    `components`: where each round's failed members are joined again, as for the components stage."""
+    clustered document, persisted, and the counts. Reads the components stage's labels (at their
+    documents' partitions when `job.placed`) and the confirmed graph. Each round's failed members
+    are joined again where `--components` says, as for the components stage."""
+    s = job.settings
+    labels, graph, feat, texts, placed = job.labels, job.graph, job.feat_all, job.texts, job.placed
+    params, keep, first_indexed, placement = s.params, s.keep, job.first_indexed, job.placement
+    centred = s.clusters == "centred"
     n = feat.npartitions
     k = max(1, n)
     keep_meta = feat._meta[KEEP] if KEEP in feat.columns else None
     settled: list[dd.DataFrame] = []
-    graph_rows = edge_rows
+    graph_rows: int | None = job.graph_edges
     scored_first = below = rounds = 0
     while True:
         rounds += 1
@@ -86,7 +90,7 @@ def survivors(labels: dd.DataFrame, graph: dd.DataFrame, feat: dd.DataFrame, tex
         by_label = route_by(labelled, partial(label_part, npartitions=k), k, members, ID_ROW_BYTES)
         chosen = persist(by_label.map_partitions(survivors_of, first_indexed, keep, meta=CHOSEN_META))
         pairs = chosen.map_partitions(survivor_pairs, meta=ROUTED_META)
-        scored = persist(score_pairs(pairs, feat, texts, text_column=text_column, params=params, placement=placement,
+        scored = persist(score_pairs(pairs, feat, texts, text_column=s.text_column, params=params, placement=placement,
                                      rows=members))
         settled.append(persist(dd.concat([chosen.map_partitions(survivor_rows, meta=PLACED_META),
                                           scored.map_partitions(placed_members, centred, first_indexed,
@@ -109,11 +113,12 @@ def survivors(labels: dd.DataFrame, graph: dd.DataFrame, feat: dd.DataFrame, tex
         graph_rows = int(e["n"].sum())
         if not graph_rows:  # every failed member is alone: a cluster of its own
             break
-        if components == "client" or (components == "auto" and graph_rows <= CLIENT_COMPONENT_EDGES):
-            labels = components_on_client(graph, n, f"{spill_dir}/round-{rounds}" if spill_dir else None, placement)
+        if s.components == "client" or (s.components == "auto" and graph_rows <= CLIENT_COMPONENT_EDGES):
+            labels = components_on_client(graph, n, f"{s.spill_dir}/round-{rounds}" if s.spill_dir else None,
+                                          placement)
             placed = True
         else:
-            labels, _ = components_on_cluster(graph, npartitions or n)
+            labels, _ = components_on_cluster(graph, s.npartitions or n)
             placed = False
     final = persist(dd.concat(settled)) if len(settled) > 1 else settled[0]
     column = SURVIVOR_JACCARD if params.confirm == "exact" else SURVIVOR_ESTIMATE
@@ -121,3 +126,31 @@ def survivors(labels: dd.DataFrame, graph: dd.DataFrame, feat: dd.DataFrame, tex
                                         meta={"hist": object}))
     hist = np.sum(np.stack(h["hist"].to_list()), axis=0) if len(h) else np.zeros(SIMILARITY_BINS, np.int64)
     return final, SurvivorCounts(rounds=rounds, scored=scored_first, below=below, histogram=[int(x) for x in hist])
+
+
+class Survivors(Step):
+    """Stage 6 (for the page, or with `--clusters centred`): each member scored against its cluster's
+    survivor; centred clusters formed again from the members below the threshold with theirs."""
+
+    name = "survivors"
+    frames = ("labels",)
+
+    def wanted(self, job: Job) -> bool:
+        return job.settings.near and (job.settings.details or job.settings.clusters == "centred")
+
+    def run(self, job: Job) -> str:
+        s, report = job.settings, job.report
+        job.labels, c = survivors(job)
+        report.clusters_mode = s.clusters
+        report.survivor_rounds, report.survivor_scored, report.below_survivor = c.rounds, c.scored, c.below
+        report.survivor_histogram = c.histogram
+        if warning := chained_warning(report, s.params):
+            log.warning("%s", warning)
+        summary = (f"{c.scored} members scored against their connected component's survivor, "
+                   f"{c.below} below {s.params.threshold:.3f}")
+        if s.clusters == "centred":
+            summary += f"; clustered again in {c.rounds - 1} more round(s)"
+        return summary
+
+    def after(self, job: Job) -> None:
+        job.placed = False

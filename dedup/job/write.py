@@ -16,7 +16,7 @@ from dedup.partition.buckets import band_documents
 from dedup.partition.decisions import cluster_sizes, root_keys, row_decisions
 from dedup.partition.features import signatures_of
 from dedup.report import removed
-from dedup.storage import index
+from dedup.storage import index, index_files, reads
 from dedup.storage import shards as shards_mod
 
 Inputs = tuple[list[list[shards_mod.Piece]], pa.Schema]
@@ -29,7 +29,7 @@ PIECES_DIR = "_pieces"
 
 def read_group(group: list[shards_mod.Piece], id_column: str, text_column: str, id_type: pa.DataType,
                keep: tuple[str, pa.DataType] | None = None) -> pd.DataFrame:
-    return shards_mod.read_features_input(group, id_column, text_column, id_type, keep)
+    return reads.read_features_input(group, id_column, text_column, id_type, keep)
 
 
 def piece_path(root: str, name: str, piece: shards_mod.Piece) -> str:
@@ -111,7 +111,7 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
     offset = written = 0
     for i, piece in enumerate(group):
         s = piece.shard
-        table = shards_mod.conform(shards_mod.read_table(s.path, None, piece.start, piece.stop), schema)
+        table = reads.conform(reads.read_table(s.path, None, piece.start, piece.stop), schema)
         n = table.num_rows
         if offset + n > len(feat) or n != piece.rows:
             raise RuntimeError(f"{s.path} has more rows than its features; was it changed during the run?")
@@ -144,9 +144,9 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
         sigs = signatures_of(feat, num_perm, take)
         tkeys = (feat["tkey"].to_numpy(np.uint64)[take], feat["tkey2"].to_numpy(np.uint64)[take])
         files = [f if k else None for f, k in zip(out_file[take].tolist(), keep[take])]
-        table = index.docs_table(own[take].tolist(), cluster[take].tolist(), feat["doc"].to_numpy(np.int64)[take], tkeys,
+        table = index_files.docs_table(own[take].tolist(), cluster[take].tolist(), feat["doc"].to_numpy(np.int64)[take], tkeys,
                                  sigs, files, out_row[take], cluster_type(schema, id_column), root_keys(feat, roots)[take])
-        nbytes = index.write_docs(table, f"{staging_url}/{index.INDEX_DIR}", partition_info["number"])
+        nbytes = index_files.write_docs(table, f"{staging_url}/{index.INDEX_DIR}", partition_info["number"])
         indexed = int(root.sum())
         absorbed = table.num_rows - indexed
     return pd.DataFrame({"rows": [written], "indexed": [indexed], "absorbed": [absorbed], "bytes": [nbytes],

@@ -1,0 +1,164 @@
+"""The index's files (`dedup.storage.index`): written sorted by the workers, read back by key range."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from dedup.partition.codec import fixed_binary
+from dedup.storage.index import BANDS, IDS, KEY_SPACE, IndexPart, band_file, docs_file, ids_file
+
+if TYPE_CHECKING:
+    pass
+
+
+BAND_SCHEMA = pa.schema([("band", pa.uint8()), ("key", pa.uint64()), ("doc", pa.int64()), ("tkey", pa.uint64()),
+                         ("tkey2", pa.uint64())])
+DOCS_ROW_GROUP = 2048
+"""Rows per row group of a docs file: a later run reads only the groups holding documents it needs."""
+
+
+RANDOM_COLUMNS = frozenset({"key", "tkey", "tkey2", "signature", "h"})
+"""Index columns of hashes: random bits, which neither a dictionary nor compression shrinks; trying
+both only costs time when writing and reading."""
+DICTIONARY_COLUMNS = ("band", "file")
+"""Index columns with few distinct values: dictionary-encoded. The rest are compressed with zstd."""
+
+
+def _sort_order(columns: list[NDArray[Any]]) -> NDArray[np.intp]:
+    """The row order sorting by columns[0], then the others: one argsort of the first, and a lexsort
+    of only the rows whose first value repeats (with few repeats, much cheaper than a lexsort of
+    every row). The columns make rows unique, so the order is fully decided and the first argsort
+    need not be stable: numpy's default, a vectorised quicksort, is the fastest."""
+    order = np.argsort(columns[0])
+    if len(columns) == 1 or len(order) < 2:
+        return order
+    first = columns[0][order]
+    same = first[1:] == first[:-1]
+    if not same.any():
+        return order
+    tied = np.zeros(len(order), dtype=bool)
+    tied[1:] |= same
+    tied[:-1] |= same
+    at = np.flatnonzero(tied)  # runs of equal first values, in order: sorting them keeps the runs in place
+    rows = order[at]
+    order[at] = rows[np.lexsort([c[rows] for c in reversed(columns)])]
+    return order
+
+
+def _write_sorted(table: pa.Table, keys: tuple[str, ...], path_url: str, row_group: int = 64 * 1024) -> int:
+    """Write `table` sorted by `keys` (the first one primary); they must make rows unique, so the file's
+    bytes never depend on the order rows arrived in (the shuffle's, which differs between schedulers)."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    order = _sort_order([table.column(k).to_numpy() for k in keys])
+    from dedup.storage.staging import check_live
+
+    fs, path = fsspec.core.url_to_fs(path_url)
+    check_live(fs, path)
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    names = table.column_names
+    with fs.open(path, "wb") as fh:
+        pq.write_table(table.take(pa.array(order)), fh, row_group_size=row_group,
+                       use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names] or False,
+                       compression={c: "none" if c in RANDOM_COLUMNS else "zstd" for c in names})
+    return int(fs.size(path))
+
+
+def write_docs(table: pa.Table, root: str, p: int) -> int:
+    """Write one input partition's index documents (`docs_table`); bytes written."""
+    return _write_sorted(table, ("doc",), docs_file(root, p), DOCS_ROW_GROUP)
+
+
+def write_bands(rows: Any, root: str, m: int) -> int:
+    """Write one bucket range's rows (band, key, doc, tkey, tkey2), sorted by key, band and doc; bytes written."""
+    table = pa.table({c: rows[c].to_numpy() for c in BAND_SCHEMA.names}, schema=BAND_SCHEMA)
+    return _write_sorted(table, ("key", "band", "doc"), band_file(root, m))
+
+
+def write_ids(h: NDArray[np.uint64], ids: Any, id_type: pa.DataType, root: str, m: int) -> int:
+    """Write one id range's (h, id), sorted by h (then id: two ids may share a 64-bit hash); bytes written."""
+    return _write_sorted(pa.table({"h": pa.array(h, pa.uint64()), "id": pa.array(ids, id_type)}), ("h", "id"),
+                         ids_file(root, m))
+
+
+def read_range(part: IndexPart, kind: str, m: int, parts: int, column: str) -> pa.Table:
+    """The rows of `part`'s band (or id) files whose `column` is in range m of `parts`."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    tables = []
+    for path, lo, hi, whole in part.files_for(kind, m, parts):
+        try:
+            dataset = ds.dataset(path, format="parquet")
+        except (FileNotFoundError, OSError) as exc:
+            raise RuntimeError(f"The index {part.url} is damaged: {path} cannot be read ({exc}).") from exc
+        if whole:  # the usual case: this run's ranges are the index's (no filter to evaluate)
+            tables.append(dataset.to_table())
+            continue
+        flt = pc.field(column) >= pa.scalar(lo, pa.uint64())
+        if hi < KEY_SPACE:
+            flt = flt & (pc.field(column) < pa.scalar(hi, pa.uint64()))
+        tables.append(dataset.to_table(filter=flt))
+    if tables:
+        return pa.concat_tables(tables)
+    return BAND_SCHEMA.empty_table() if kind == BANDS else pa.table({"h": pa.array([], pa.uint64())})
+
+
+def read_bands(part: IndexPart, m: int, parts: int) -> pa.Table:
+    """The index rows of `part` whose band key is in bucket range m of `parts`."""
+    return read_range(part, BANDS, m, parts, "key")
+
+
+ID_CONFLICTS = ("repeated", "existing")
+
+
+def id_conflicts(rows: Any, parts: Sequence[IndexPart], k: int, write_root: str | None, id_type: pa.DataType,
+                 partition_info: dict[str, Any] | None = None) -> Any:
+    """In one id-hash range: this run's (doc, _id) whose id occurs twice (kind 0) or is in an earlier
+    index (kind 1); with `write_root`, this range's ids file is written there."""
+    import pandas as pd
+
+    assert partition_info is not None
+    m = partition_info["number"]
+    ids = rows["_id"]
+    if write_root is not None:
+        write_ids(rows["_h"].to_numpy(np.uint64), ids.tolist(), id_type, write_root, m)
+    repeated = rows[ids.duplicated(keep=False).to_numpy()]
+    found = [repeated[["doc", "_id"]].assign(kind=np.int8(0))]
+    if parts and len(rows):
+        hs = np.unique(rows["_h"].to_numpy(np.uint64))
+        for part in parts:
+            old = read_range(part, IDS, m, k, "h")
+            if old.num_rows == 0:
+                continue
+            old = old.filter(pa.array(np.isin(old.column("h").to_numpy(), hs)))
+            if old.num_rows:
+                seen = pd.Series(old.column("id").to_numpy(zero_copy_only=False), dtype=object)
+                hit = ids.astype(object).isin(seen).to_numpy()
+                found.append(rows[hit][["doc", "_id"]].assign(kind=np.int8(1)))
+    out = pd.concat(found, ignore_index=True)
+    return out.drop_duplicates(["doc", "kind"]).reset_index(drop=True)
+
+
+
+def docs_table(ids: Any, roots: Any, keys: NDArray[np.int64], tkeys: tuple[NDArray[np.uint64], NDArray[np.uint64]],
+               sigs: NDArray[np.uint32], files: list[str | None], rows: NDArray[np.int64], id_type: pa.DataType,
+               root_docs: NDArray[np.int64] | None = None) -> pa.Table:
+    """The index rows of one partition's documents: key, id, its cluster's root id and (for a near
+    duplicate) its root's key, text hashes, signature, and where it is in OUTPUT (file None: not
+    written there)."""
+    sig = fixed_binary(sigs)
+    written = pa.array([f is not None for f in files], pa.bool_())
+    root_docs = keys if root_docs is None else root_docs
+    return pa.table({"doc": pa.array(keys, pa.int64()), "id": pa.array(ids, id_type), "root": pa.array(roots, id_type),
+                     "root_doc": pa.array(root_docs, pa.int64(), mask=root_docs == keys),
+                     "tkey": pa.array(tkeys[0], pa.uint64()), "tkey2": pa.array(tkeys[1], pa.uint64()), "signature": sig,
+                     "file": pa.array(files, pa.string()).dictionary_encode(),
+                     "row": pa.array(rows, pa.int64(), mask=~written.to_numpy(zero_copy_only=False))})

@@ -1,0 +1,282 @@
+"""An `--against` run's reading of earlier indexes: where their documents sit in this run's key space
+(`Layout`), the band rows sharing a bucket with the new documents, and those documents' features."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from dedup.config import Params
+from dedup.core.text import TEXT_DTYPE
+from dedup.partition.codec import from_fixed_binary
+from dedup.storage.index import TKEYS_IN_BANDS, IndexPart, docs_file
+from dedup.storage.index_files import read_bands
+
+if TYPE_CHECKING:
+    from dedup.partition.keyspace import Placement
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the documents of earlier indexes sit in this run's key space: index part i holds global
+    partitions starts[i] .. starts[i] + parts[i].partitions - 1, after this run's `first` ones.
+    A document's key names its global partition; the run gathers the index partitions `group` at a
+    time (`placement`), so it works on `total` partitions: its own, then the gathered ones."""
+
+    parts: tuple[IndexPart, ...]
+    first: int
+    group: int = 1
+
+    @classmethod
+    def gathering(cls, parts: Sequence[IndexPart], first: int) -> Layout:
+        """As many gathered index partitions as the run has its own: an index partition holds only
+        the documents sharing a bucket with this run's, about as many as the run's."""
+        held = cls(tuple(parts), first).index_partitions
+        return cls(tuple(parts), first, max(1, -(-held // max(1, first))))
+
+    @property
+    def starts(self) -> list[int]:
+        out, at = [], self.first
+        for p in self.parts:
+            out.append(at)
+            at += p.partitions
+        return out
+
+    @property
+    def index_partitions(self) -> int:
+        return sum(p.partitions for p in self.parts)
+
+    @property
+    def total(self) -> int:
+        return self.first + -(-self.index_partitions // self.group)
+
+    @property
+    def placement(self) -> Placement:
+        from dedup.partition.keyspace import Placement
+
+        return Placement(self.first, self.group)
+
+    def direct(self, exact: bool) -> bool:
+        """Whether matched band rows can join the buckets as read: they carry their text hashes, and
+        every document they name is in a docs file (with `exact`, only those whose text is in their
+        output take part, which the docs files tell)."""
+        return not exact and all(p.format >= TKEYS_IN_BANDS for p in self.parts)
+
+    @property
+    def first_key(self) -> int:
+        from dedup.partition.keyspace import ROW_BITS
+
+        return self.first << ROW_BITS
+
+    def locate(self, q: int) -> tuple[IndexPart, int, int]:
+        """(index part, its partition, the part's first global partition) of global partition q."""
+        for part, start in zip(self.parts, self.starts):
+            if start <= q < start + part.partitions:
+                return part, q - start, start
+        raise IndexError(f"partition {q} is not an index partition")
+
+    def translate(self, part: IndexPart, keys: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Keys of the run that wrote `part` (its own partitions first, then its sources' in order) as
+        keys of this run (`starts`): where the roots its docs files name are now."""
+        from dedup.partition.keyspace import ROW_BITS
+
+        by_uid = {p.uid: (p, s) for p, s in zip(self.parts, self.starts)}
+        bounds, moved = [part.partitions], [by_uid[part.uid][1]]
+        for uid in part.sources:
+            src, start = by_uid[uid]
+            bounds.append(bounds[-1] + src.partitions)
+            moved.append(start)
+        q = keys >> ROW_BITS
+        which = np.searchsorted(np.asarray(bounds, np.int64), q, "right")
+        first = np.asarray([0, *bounds[:-1]], np.int64)
+        moved_to = np.asarray(moved, np.int64)[which] + q - first[which]
+        return (moved_to << ROW_BITS) | (keys & ((1 << ROW_BITS) - 1))
+
+    def gathered(self, g: int) -> list[int]:
+        """The global index partitions that this run's partition g (>= first) gathers."""
+        lo = self.first + (g - self.first) * self.group
+        return list(range(lo, min(lo + self.group, self.first + self.index_partitions)))
+
+
+def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str, Any] | None = None) -> Any:
+    """The index band rows of this bucket range that share a (band, key) with this run's rows `new`,
+    with global document keys and their text hashes (0 for indexes older than `TKEYS_IN_BANDS`)."""
+    import pandas as pd
+
+    from dedup.partition.buckets import LONG_META
+    from dedup.partition.keyspace import ROW_BITS
+
+    if new.empty or partition_info is None:
+        return LONG_META.copy()
+    m = partition_info["number"]
+    keys, which = np.unique(new["key"].to_numpy(np.uint64), return_inverse=True)
+    buckets = np.sort(_bucket_codes(which, new["band"].to_numpy()))  # this run's (band, key), as codes
+    found = []
+    for part, start in zip(layout.parts, layout.starts):
+        table = read_bands(part, m, parts)
+        if table.num_rows == 0:
+            continue
+        at = _positions_of(table.column("key").to_numpy(), keys)
+        if not len(at):
+            continue
+        taken = table.take(pa.array(at))  # rows whose key this run has: keep those of the same band too
+        codes = _bucket_codes(np.searchsorted(keys, taken.column("key").to_numpy()), taken.column("band").to_numpy())
+        i = np.minimum(np.searchsorted(buckets, codes), len(buckets) - 1)
+        rows = taken.filter(pa.array(buckets[i] == codes)).to_pandas()
+        rows["doc"] = rows["doc"].to_numpy(np.int64) + np.int64(start << ROW_BITS)
+        if part.format < TKEYS_IN_BANDS:  # fetched from the docs file, at the document's partition
+            rows["tkey"] = rows["tkey2"] = np.uint64(0)
+        found.append(rows[list(LONG_META.columns)])
+    if not found:
+        return LONG_META.copy()
+    return pd.concat(found, ignore_index=True).astype(LONG_META.dtypes.to_dict())
+
+
+def _bucket_codes(key_index: NDArray[np.int64], band: NDArray[Any]) -> NDArray[np.int64]:
+    """One int64 per (band, key): the key's position among the sorted distinct keys, then the band
+    (a uint8 of the band files)."""
+    return key_index.astype(np.int64) * 256 + band.astype(np.int64)
+
+
+def _positions_of(column: NDArray[np.uint64], keys: NDArray[np.uint64]) -> NDArray[np.int64]:
+    """Positions in `column` of the values in the sorted unique `keys`: by binary search for each key
+    when `column` is sorted (a band file is, unless a range spans several files), else by a scan."""
+    if len(column) and not (column[1:] >= column[:-1]).all():
+        return np.flatnonzero(np.isin(column, keys))
+    lo = np.searchsorted(column, keys, "left")
+    hi = np.searchsorted(column, keys, "right")
+    n = hi - lo
+    has = n > 0
+    lo, n = lo[has], n[has]
+    return np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum(), dtype=np.int64)
+
+
+def features_meta(num_perm: int, id_dtype: Any) -> Any:
+    """An index partition's features (`dedup.partition.features.features_meta`) plus `_text`, the document's text
+    in the earlier output (read only for --confirm exact)."""
+    import pandas as pd
+
+    from dedup.partition.features import ROOT_DOC
+    from dedup.partition.features import features_meta as base
+
+    return base(num_perm, id_dtype).assign(_text=pd.Series(dtype=TEXT_DTYPE), **{ROOT_DOC: pd.Series(dtype=np.int64)})
+
+
+def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dtype: Any,
+                   partition_info: dict[str, Any] | None = None) -> Any:
+    """At a gathered index partition: the features of the indexed documents named by `rows` (matched
+    band rows), read from the docs files of the index partitions it gathers (and, for exact Jaccard,
+    their texts from the earlier output), in key order. An indexed near duplicate carries its root's
+    id as `_id`: it stands for that cluster. Without its text in the earlier output (it was dropped),
+    exact Jaccard leaves it out."""
+    import pandas as pd
+
+    from dedup.partition.codec import sig_payload
+    from dedup.partition.features import CLEAN, ROOT_DOC, SIG
+    from dedup.partition.keyspace import ROW_BITS
+
+    if partition_info is None or partition_info["number"] < layout.first or rows.empty:
+        return features_meta(params.num_perm, id_dtype)
+    keys = np.unique(rows["doc"].to_numpy(np.int64))
+    parts = [(q, need) for q in layout.gathered(partition_info["number"]) if len(need := keys[(keys >> ROW_BITS) == q])]
+    found = [_partition_rows(need, q, layout, exact) for q, need in parts]
+    if not found:
+        return features_meta(params.num_perm, id_dtype)
+    docs = np.concatenate([d for d, _, _ in found])
+    taken = pa.concat_tables([t for _, t, _ in found])
+    texts = [t for _, _, ts in found for t in ts]
+    n = len(docs)
+    ids = taken.column("root")
+    root_doc = docs.copy()  # a kept document is its own root; a near duplicate names its root's key
+    at = 0
+    for (q, _), (d, t, _) in zip(parts, found):
+        written = t.column("root_doc")
+        has = written.is_valid().to_numpy(zero_copy_only=False)
+        if has.any():
+            part = layout.locate(q)[0]
+            values = written.fill_null(0).to_numpy()
+            root_doc[at:at + len(d)][has] = layout.translate(part, values[has].astype(np.int64))
+        at += len(d)
+    return pd.DataFrame({"_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=id_dtype), "doc": docs,
+                         "tkey": taken.column("tkey").to_numpy(), "tkey2": taken.column("tkey2").to_numpy(),
+                         "source": np.full(n, CLEAN, np.int32), "source_gram": np.full(n, -1, np.int64),
+                         "skipped": np.zeros(n, bool),
+                         SIG: sig_payload(from_fixed_binary(taken.column("signature"), params.num_perm)).array,
+                         "_text": pd.Series(texts, dtype=TEXT_DTYPE), ROOT_DOC: root_doc})
+
+
+def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool) -> tuple[NDArray[np.int64], pa.Table,
+                                                                                            list[Any]]:
+    """Of the sorted keys `need`, all of global index partition q: the keys found, their docs-file
+    rows (doc, id, root, root_doc, tkey, tkey2, signature, file, row) and, with `exact`, their texts."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    from dedup.partition.keyspace import ROW_BITS
+
+    part, p, start = layout.locate(q)
+    offset = np.int64(start << ROW_BITS)
+    need = need - offset
+    fs, path = fsspec.core.url_to_fs(docs_file(part.url, p))
+    with fs.open(path, "rb") as fh:
+        pf = pq.ParquetFile(fh)
+        columns = ["doc", "id", "tkey", "tkey2", "signature", "file", "row"]
+        columns += [c for c in ("root", "root_doc") if c in pf.schema_arrow.names]
+        groups = _groups_holding(pf, need)
+        table = pf.read_row_groups(groups, columns=columns) if groups else pf.schema_arrow.empty_table().select(columns)
+    docs = table.column("doc").to_numpy()
+    pos = np.minimum(np.searchsorted(docs, need), max(len(docs) - 1, 0))
+    ok = (docs[pos] == need) if len(docs) else np.zeros(len(need), dtype=bool)
+    if exact and len(docs):  # a duplicate the earlier run dropped has no text to compare with
+        ok &= table.column("file").is_valid().to_numpy(zero_copy_only=False)[pos]
+    taken = table.take(pa.array(pos[ok]))
+    if "root" not in taken.column_names:  # an index older than roots: every document is its own
+        taken = taken.append_column("root", taken.column("id"))
+    if "root_doc" not in taken.column_names:  # older than ROOTS_LOCATED: a near duplicate stands for its root
+        taken = taken.append_column("root_doc", pa.nulls(taken.num_rows, pa.int64()))
+    taken = taken.select(["doc", "id", "root", "root_doc", "tkey", "tkey2", "signature", "file", "row"])
+    texts: list[Any] = [None] * taken.num_rows
+    if exact and taken.num_rows:
+        files = taken.column("file").to_pylist()
+        at = taken.column("row").to_numpy()
+        for name in sorted(set(files)):
+            which = [i for i, f in enumerate(files) if f == name]
+            sfs, spath = fsspec.core.url_to_fs(f"{part.output}/{name}")
+            with sfs.open(spath, "rb") as fh:
+                col = pq.read_table(fh, columns=[part.text_column]).column(0)
+            for i, t in zip(which, col.take(pa.array(at[which])).to_pylist()):
+                texts[i] = t
+    return need[ok] + offset, taken, texts
+
+
+def _groups_holding(pf: Any, need: NDArray[np.int64]) -> list[int]:
+    """Row groups of a docs file (sorted by doc) whose doc range holds one of the sorted keys `need`."""
+    md = pf.metadata
+    col = md.schema.to_arrow_schema().get_field_index("doc")
+    out = []
+    for g in range(md.num_row_groups):
+        st = md.row_group(g).column(col).statistics
+        if st is None or not st.has_min_max:
+            out.append(g)
+            continue
+        i = np.searchsorted(need, st.min)
+        if i < len(need) and need[i] <= st.max:
+            out.append(g)
+    return out
+
+
+def kept_rows(rows: Any, feat: Any) -> Any:
+    """The matched band rows whose document is in the index partition's features (one a run kept),
+    with its text hashes."""
+    from dedup.partition.buckets import LONG_META
+
+    if rows.empty:
+        return LONG_META.copy()
+    at = feat[["doc", "tkey", "tkey2"]]
+    out = rows[["band", "key", "doc"]].merge(at, on="doc", how="inner")
+    return out[list(LONG_META.columns)].reset_index(drop=True)
