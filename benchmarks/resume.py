@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from corpus import corpus_frame, write_corpus  # noqa: E402
 
-from dedup.job.checkpoints import ORDER  # noqa: E402
+from dedup.job.analysis import ORDER  # noqa: E402
 
 
 def _env(pythonpath: str | None) -> dict[str, str]:

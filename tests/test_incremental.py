@@ -204,9 +204,9 @@ def test_docs_read_by_row_group_give_the_same_answer(tmp_path: Path, split, monk
     import dask
     import pyarrow.parquet as pq
 
-    from dedup.storage import index
+    from dedup.storage import index_files
 
-    monkeypatch.setattr(index, "DOCS_ROW_GROUP", 8)
+    monkeypatch.setattr(index_files, "DOCS_ROW_GROUP", 8)
     first, second, _ = split
     with dask.config.set({"scheduler": "sync", "dataframe.shuffle.method": "tasks"}):
         run(str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"))
@@ -250,7 +250,7 @@ def test_a_new_document_near_only_a_dropped_duplicate_joins_its_cluster(client, 
 @given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(0, 40), max_size=12), st.booleans())
 def test_band_rows_are_found_by_binary_search_or_scan(column: list[int], keys: list[int], shuffled: bool) -> None:
     """The rows of an index band file holding wanted keys: a sorted file is searched, any other scanned."""
-    from dedup.storage.index import _positions_of
+    from dedup.storage.index_lookup import _positions_of
 
     col = np.sort(np.array(column, dtype=np.uint64))
     if shuffled:
@@ -286,7 +286,8 @@ def test_gathered_index_partitions_hold_each_indexed_key_once(sizes: list[int], 
     """A run gathers the index partitions a few at a time: each is gathered by exactly one of the
     run's partitions after its own, the one its keys are placed in; the run's own keys stay put."""
     from dedup.partition.keyspace import ROW_BITS
-    from dedup.storage.index import IndexPart, Layout
+    from dedup.storage.index import IndexPart
+    from dedup.storage.index_lookup import Layout
 
     parts = [IndexPart(url=f"idx{i}", uid=str(i), partitions=n, bucket_parts=1, id_parts=1, documents=0,
                        output="out", text_column="text") for i, n in enumerate(sizes)]
@@ -334,7 +335,7 @@ def test_an_index_of_format_2_gives_the_same_decisions(client, tmp_path: Path, s
 def test_index_files_sort_like_a_lexsort_of_every_row(rows: list[tuple[int, int]]) -> None:
     """Band files are sorted by key, then band and doc (ties re-sorted only where keys repeat): the
     same order as numpy's lexsort, so their bytes never depend on the order rows arrived in."""
-    from dedup.storage.index import _sort_order
+    from dedup.storage.index_files import _sort_order
 
     key = np.array([r[0] for r in rows], dtype=np.uint64)
     band = np.array([r[1] for r in rows], dtype=np.uint8)
