@@ -23,6 +23,20 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
+FAST_MODULES = frozenset({
+    "test_hashing", "test_lsh", "test_text_minhash", "test_unionfind", "test_near", "test_decontam",
+    "test_partition_functions", "test_components", "test_graphs", "test_layers", "test_buckets_and_matches",
+    "test_char_shingles", "test_benchmark_truth", "test_cluster_yaml",
+})
+"""The inner loop (`pytest -m fast`, about 40 s): the rule, the per-partition functions, the layers."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in FAST_MODULES:
+            item.add_marker(pytest.mark.fast)
+
+
 @pytest.fixture(scope="session")
 def corpus() -> list[CorpusDoc]:
     """The contract §7 corpus, small: about 550 documents."""

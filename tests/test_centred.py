@@ -67,9 +67,8 @@ def test_centred_and_connected_clusters_equal_the_reference(client, tmp_path: Pa
     (and each centred round's) on the client or, for seven, on the cluster: the reference's
     survivors, and in removed.parquet its similarity of every removed document to its survivor."""
     for mode in ("connected", "centred") if confirm == "estimate" else ("centred",):
-        want = _want(chained, mode, confirm)
-        assert mode == "connected" or {r for r, _ in want.values()} != {r for r, _ in _want(chained, "connected",
-                                                                                           confirm).values()}
+        want, connected = _want(chained, mode, confirm), _want(chained, "connected", confirm)
+        assert mode == "connected" or {r for r, _ in want.values()} != {r for r, _ in connected.values()}
         for shards, rows in ((1, 10**6), (7, 20)) if confirm == "estimate" else ((7, 20),):
             out = tmp_path / f"{mode}-{shards}"
             m = run(str(_shards(chained, tmp_path / f"in-{mode}-{shards}", shards)), str(out), drop=False,
@@ -84,7 +83,7 @@ def test_centred_and_connected_clusters_equal_the_reference(client, tmp_path: Pa
             assert len(near) == sum(r != i for i, (r, _) in want.items())
             for i, root, s in zip(near["id"], near["root"], near["survivor_similarity"]):
                 assert root == want[i][0] and s == pytest.approx(want[i][1], abs=1e-6)
-            below = sum(s is not None and s < 0.8 for _, s in _want(chained, "connected", confirm).values())
+            below = sum(s is not None and s < 0.8 for _, s in connected.values())
             assert m["cluster_mode"] == mode and m["below_threshold_to_survivor"] == below > 0
             if mode == "centred":
                 assert (near["survivor_similarity"] >= 0.8).all() and m["survivor_rounds"] > 2

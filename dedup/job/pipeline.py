@@ -55,8 +55,9 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
     params = params or Params()
     report = report if report is not None else Report()
     check_columns(ddf, id_column, text_column)
-    d = analyse(ddf, Settings(params, id_column, text_column, protected, near, components, npartitions, features_dir,
-                              clusters=clusters), report)
+    settings = Settings(params, id_column=id_column, text_column=text_column, protected=protected, near=near,
+                        components=components, npartitions=npartitions, features_dir=features_dir, clusters=clusters)
+    d = analyse(ddf, settings, report)
     meta = ddf._meta.assign(minhash_cluster=pd.Series(dtype=ddf._meta[id_column].dtype)) if near else ddf._meta
     return dd.map_partitions(_attach, ddf, d.feat, d.roots, id_column, drop and near, near, meta=meta,
                              align_dataframes=False)
