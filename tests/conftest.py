@@ -175,14 +175,15 @@ def kill_after(cmd: list[str], line: str, timeout: float = 240) -> str:
 
 
 def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Terminate the processes, newest first, and wait for each (killed after 30 s)."""
+    """Terminate the processes newest first, each waited for (killed after 30 s) before the next: the
+    workers leave while their scheduler is still there to say goodbye to, not retrying it."""
     for p in reversed(procs):
         p.terminate()
-    for p in procs:
         try:
             p.wait(timeout=30)
         except subprocess.TimeoutExpired:
             p.kill()
+            p.wait()
 
 
 @pytest.fixture(scope="session")
