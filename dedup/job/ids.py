@@ -77,6 +77,16 @@ def conflict_counts(k: int, c: pd.DataFrame, sample: pd.DataFrame) -> tuple[IdCo
     return counts, sample.sort_values("doc")
 
 
+def _located(rows: pd.DataFrame, locate: Callable[[int], tuple[str, int]] | None, shown: int | None = 6) -> str:
+    """" (ID in FILE row R, ...)" for the first `shown` of `rows` (doc, _id; all when None); "" when keys
+    cannot be located."""
+    if locate is None:
+        return ""
+    head = rows if shown is None else rows.head(shown)
+    return " (" + ", ".join(f"{shown_repr(i)} in {f} row {r}" for i, (f, r) in
+                            zip(head["_id"], (locate(int(k)) for k in head["doc"]))) + ")"
+
+
 def check_unique_ids(repeated: pd.DataFrame, id_column: str,
                      locate: Callable[[int], tuple[str, int]] | None = None, count: int | None = None) -> None:
     """Raise naming the repeated ids and where they occur (file and row, when `locate` maps keys);
@@ -85,10 +95,7 @@ def check_unique_ids(repeated: pd.DataFrame, id_column: str,
         return
     repeated = repeated.sort_values("doc")
     names = sorted({str(i) for i in repeated["_id"]})
-    where = ""
-    if locate is not None:
-        spots = [locate(int(k)) for k in repeated["doc"].head(6)]
-        where = " (" + ", ".join(f"{shown_repr(i)} in {f} row {r}" for (f, r), i in zip(spots, repeated["_id"].head(6))) + ")"
+    where = _located(repeated, locate)
     number = count if count is not None else len(names)
     raise ValueError(f"{number} document id(s) in column {id_column!r} occur more than once, e.g. "
                      f"[{', '.join(shown_repr(n) for n in names[:5])}]{where}; ids must be unique. Nothing was written.")
@@ -101,10 +108,7 @@ def existing_ids(feat: dd.DataFrame, conflicts: dd.DataFrame, count: int, sample
     if not count:
         return feat
     if not skip:
-        where = ""
-        if locate is not None:
-            where = " (" + ", ".join(f"{shown_repr(i)} in {f} row {r}" for i, (f, r) in
-                                     zip(sample["_id"], (locate(int(k)) for k in sample["doc"]))) + ")"
+        where = _located(sample, locate, shown=None)
         named = ", ".join(shown_repr(str(i)) for i in sample["_id"].head(5))
         if id_column == POSITION_ID:
             raise UsageError(f"{count} document(s) have the position of a document an earlier run given with --against "
