@@ -54,7 +54,7 @@ def write_outputs(plan: Plan) -> report_page.Extras:
         log.info("resuming: the interrupted run of %s finished no stage; starting from the first",
                  staging.resumed_from)
     try:
-        decided = analyse(ddf, _settings(plan, kept, keep is not None, write_index), report, kept)
+        decided = analyse(ddf, _settings(plan, kept, write_index), report, kept)
         # reused whole, or else the partitions an interrupted run wrote (kept as each finished), and the rest written
         written = kept.reused(WRITE) is not None
         inputs = shared((groups, plan.schema))
@@ -133,7 +133,7 @@ def _write_index_meta(plan: Plan, written: pd.DataFrame) -> str:
             f"of them), {report.index_bytes / max(1, report.index_documents):.0f} bytes a kept document")
 
 
-def _settings(plan: Plan, kept: Checkpoints, keep_by: bool, write_index: bool) -> Settings:
+def _settings(plan: Plan, kept: Checkpoints, write_index: bool) -> Settings:
     """What the stages are asked to do, from the plan; where they keep what they keep."""
     staging = plan.staging
     return Settings(
@@ -142,5 +142,5 @@ def _settings(plan: Plan, kept: Checkpoints, keep_by: bool, write_index: bool) -
         locate=write.locator(plan.groups), details=plan.write_report, against=plan.against,
         skip_existing=plan.skip_existing, index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
         spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards),
-        cluster_size=plan.cluster_size and plan.near, keep=plan.keep_by[1] if keep_by and plan.keep_by else None,
+        cluster_size=plan.cluster_size and plan.near, keep=plan.keep_by[1] if plan.keep_by and plan.near else None,
         clusters=plan.clusters, max_contaminated=None if plan.dry_run else plan.max_contaminated)
