@@ -81,7 +81,7 @@ Japanese kana, and CJK ideographs (Chinese, Japanese kanji)."""
 def unspaced(text: str | None) -> bool:
     """Whether most of a text's letters are of scripts written without spaces (`UNSPACED`): word
     shingles would see its long runs of letters as single words."""
-    letters = sum(1 for c in text or "" if c.isalpha())
+    letters = sum(map(str.isalpha, text or ""))
     return letters > 0 and len(UNSPACED.findall(text or "")) > letters / 2
 
 
