@@ -201,8 +201,7 @@ def datatrove_job(src: str, out: str, tokenizer: str, workers: int) -> None:
     """datatrove's four MinHash stages on its local executor, as its example chains them."""
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.dedup import MinhashDedupSignature
-    from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
-                                                  MinhashDedupFilter)
+    from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter
     from datatrove.pipeline.readers import ParquetReader
     from datatrove.pipeline.writers import ParquetWriter
     from datatrove.utils.hashing import HashConfig
