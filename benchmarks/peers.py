@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import defaultdict
 from fractions import Fraction
@@ -46,7 +45,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import psutil  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from corpus import corpus_frame, write_corpus  # noqa: E402
 from speed import PeakRSS, quiet  # noqa: E402
@@ -103,41 +101,6 @@ def scores(removed: set[str], truth: tuple[set[str], dict[str, int], dict[int, i
 
 # --- running a tool --------------------------------------------------------------------------------
 
-class TreeCPU:
-    """The CPU seconds of every process started under this one while it runs, each process's own
-    (user + system) as last sampled every 50 ms: pool workers that nobody waits for are not in any
-    rusage, so they are sampled (a process's last 50 ms may be missed)."""
-
-    def __init__(self) -> None:
-        self.seen: dict[tuple[int, float], float] = {}  # (pid, start time) -> CPU seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        me = psutil.Process(os.getpid())
-        while not self._stop.is_set():
-            for p in me.children(recursive=True):
-                try:
-                    with p.oneshot():
-                        t = p.cpu_times()
-                        self.seen[(p.pid, p.create_time())] = t.user + t.system
-                except psutil.Error:
-                    continue
-            time.sleep(0.05)
-
-    @property
-    def total(self) -> float:
-        return sum(self.seen.values())
-
-    def __enter__(self) -> TreeCPU:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def _children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -145,16 +108,16 @@ def _children_cpu() -> float:
 
 def measured(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
     """Run `cmd` to its end: wall seconds, CPU seconds of its process tree (the larger of the reaped
-    children's rusage and the sampled tree), peak summed RSS (MiB)."""
+    children's rusage and the sampled tree, `PeakRSS.cpu_total`), peak summed RSS (MiB)."""
     quiet()
     cpu0 = _children_cpu()
-    with PeakRSS(children_only=True) as mem, TreeCPU() as tree:
+    with PeakRSS(children_only=True) as mem:
         start = time.perf_counter()
         got = subprocess.run(cmd, capture_output=True, text=True, env=env)
         wall = time.perf_counter() - start
     if got.returncode:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed:\n{got.stderr[-3000:]}")
-    return {"wall": wall, "cpu": max(_children_cpu() - cpu0, tree.total), "peak_mib": mem.peak / 2**20}
+    return {"wall": wall, "cpu": max(_children_cpu() - cpu0, mem.cpu_total), "peak_mib": mem.peak / 2**20}
 
 
 def run_dedup(src: Path, work: Path, mode: str, workers: int) -> tuple[dict[str, float], set[str]]:

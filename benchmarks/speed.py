@@ -53,13 +53,16 @@ class PeakRSS:
     multiprocessing's spawn, or forked by its forkserver, as local clusters start their workers: a
     `dedup run` subprocess and the forkserver itself are counted in the sum only), and the peak of
     the largest child process of any kind (`dedup run --threads` works in its own). The sum counts
-    pages that processes share (a forked worker's, with the forkserver's) once a process."""
+    pages that processes share (a forked worker's, with the forkserver's) once a process. `cpu_total`:
+    the CPU seconds of every child as last sampled (pool workers that nobody waits for are in no
+    rusage; a process's last 50 ms may be missed)."""
 
     def __init__(self, children_only: bool = False) -> None:
         self.peak = 0
         self.child_peak = 0
         self.process_peak = 0  # the largest child process of any kind (a `dedup run --threads` subprocess)
         self.children_only = children_only
+        self.cpu: dict[tuple[int, float], float] = {}  # (pid, start time) -> CPU seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -70,7 +73,10 @@ class PeakRSS:
             total = 0 if self.children_only else me.memory_info().rss
             for p in me.children(recursive=True):
                 try:
-                    rss = p.memory_info().rss
+                    with p.oneshot():
+                        rss = p.memory_info().rss
+                        t = p.cpu_times()
+                        self.cpu[(p.pid, p.create_time())] = t.user + t.system
                     if p.pid not in worker:
                         worker[p.pid] = _is_worker(p)
                 except psutil.Error:
@@ -81,6 +87,10 @@ class PeakRSS:
                     self.child_peak = max(self.child_peak, rss)
             self.peak = max(self.peak, total)
             time.sleep(0.05)
+
+    @property
+    def cpu_total(self) -> float:
+        return sum(self.cpu.values())
 
     def __enter__(self) -> PeakRSS:
         self._thread.start()
