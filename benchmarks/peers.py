@@ -106,14 +106,14 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def measured(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
+def measured(cmd: list[str]) -> dict[str, float]:
     """Run `cmd` to its end: wall seconds, CPU seconds of its process tree (the larger of the reaped
     children's rusage and the sampled tree, `PeakRSS.cpu_total`), peak summed RSS (MiB)."""
     quiet()
     cpu0 = _children_cpu()
     with PeakRSS(children_only=True) as mem:
         start = time.perf_counter()
-        got = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        got = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - start
     if got.returncode:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed:\n{got.stderr[-3000:]}")
