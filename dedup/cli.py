@@ -52,10 +52,13 @@ def _quiet_libraries(verbose: bool, cluster: bool) -> None:
 
 def _replaced(record: logging.LogRecord) -> bool:
     """False for the library records that the CLI's own line replaces: the client's gathers ended by an
-    interrupt (asyncio's "Task exception was never retrieved ... AllExit" traceback) and the client's
-    "Failed to reconnect to scheduler" (the run ends with a line naming the lost scheduler)."""
+    interrupt (asyncio's "Task exception was never retrieved ... AllExit" traceback), the client's
+    "Failed to reconnect to scheduler" and its reconnection cancelled as the client closes after a lost
+    scheduler (a `CancelledError` traceback; the run ends with a line naming the lost scheduler)."""
     exc = record.exc_info[1] if record.exc_info else None
     if exc is not None and type(exc).__name__ == "AllExit":
+        return False
+    if record.name == "distributed.client" and type(exc).__name__ == "CancelledError":
         return False
     return not (record.name == "distributed.client" and record.getMessage().startswith("Failed to reconnect"))
 

@@ -18,18 +18,21 @@ import pytest
 from hypothesis import settings
 
 from dedup.corpus import CorpusDoc, generate, protected_example
+from tests.warm import run_warm
 
 QUIET_DASK = {
     "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
     "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s",
     "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING_INTERVAL": "1s",
     "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "2s",
+    "DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL": "1s",
 }
 """Dask's clocks that run while a cluster waits, slowed (or, the statistical profiler, stopped) for
 every cluster the tests start, in this process or in the `dask` and `dedup` processes they run
 (environment variables are inherited): an idle two-worker cluster took 3.5 CPU-seconds every 30 s,
-a fifth of the suite's CPU with the clusters each pytest worker keeps; 1.0 with these. What a job
-computes does not depend on them."""
+a fifth of the suite's CPU with the clusters each pytest worker keeps; 1.0 with these. The workers'
+memory monitor (every 100 ms by default, every second here) took half of what remained: 36 against
+17 CPU-ms a second for an idle two-worker LocalCluster. What a job computes does not depend on them."""
 for _name, _value in QUIET_DASK.items():
     os.environ.setdefault(_name, _value)
 dask.config.refresh()  # in case a plugin imported dask before this module
@@ -112,14 +115,24 @@ DEDUP = [sys.executable, "-m", "dedup"]
 
 
 def run_dedup(*args: str, cwd: Path | None = None, timeout: int = 240) -> subprocess.CompletedProcess[str]:
-    """`dedup ARGS...` as a subprocess, its output captured as text."""
-    return subprocess.run([*DEDUP, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    """`dedup ARGS...` as a child process, its output captured as text: forked from a warm
+    interpreter (`tests.warm`), so that it skips only the imports."""
+    return run_warm(list(args), cwd, timeout)
+
+
+def run_command(cmd: list[str], cwd: Path | None = None, timeout: float = 240,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run(cmd)` with its output captured as text; a `[*DEDUP, ...]` command runs as
+    `run_dedup` does (forked from the warm interpreter)."""
+    if cmd[:len(DEDUP)] == DEDUP:
+        return run_warm(cmd[len(DEDUP):], cwd, timeout, env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 DASK_BIN = Path(sys.executable).parent / "dask"
 
 
-def start_dask(*args: str) -> subprocess.Popen[bytes]:
-    """`dask ARGS...` as a process of its own, its output discarded."""
-    return subprocess.Popen([str(DASK_BIN), *args], env={**os.environ, "PYTHONUNBUFFERED": "1"},
+def start_dask(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`dask ARGS...` as a process of its own (with `env` added to the environment), its output discarded."""
+    return subprocess.Popen([str(DASK_BIN), *args], env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from dedup import Params, clusters, signatures
 from dedup.job.pipeline import run
-from tests.conftest import write_shards
+from tests.conftest import run_command, write_shards
 from tests.reference import ref_signature
 
 BODY = "the quick brown fox jumps over the lazy dog near the quiet river bank at dawn again"
@@ -169,8 +169,7 @@ def test_protected_file_errors(client, tmp_path: Path) -> None:
 ])
 def test_parameters_out_of_range_through_the_cli(tmp_path: Path, args: list[str], message: str) -> None:
     src = write_shards(pd.DataFrame({"id": ["a"], "text": ["x"]}), tmp_path / "in", 1)
-    res = subprocess.run([sys.executable, "-m", "dedup", "run", str(src), str(tmp_path / "out"), *args],
-                         capture_output=True, text=True, timeout=120)
+    res = run_command([sys.executable, "-m", "dedup", "run", str(src), str(tmp_path / "out"), *args], timeout=120)
     assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "out").exists()
 

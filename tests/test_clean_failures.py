@@ -14,7 +14,7 @@ import pytest
 
 from dedup.corpus import generate
 from dedup.storage.staging import LIVE, RunEnded, Staging, check_live
-from tests.conftest import DEDUP, write_shards
+from tests.conftest import DEDUP, run_command, write_shards
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +41,8 @@ def small_disk(tmp_path: Path) -> object:
 def test_disk_full_on_a_real_scheduler_leaves_nothing_and_says_no_space(dask_processes: Path, corpus_3mb: Path,
                                                                          small_disk: Path) -> None:
     out = small_disk / "out"
-    got = subprocess.run([*DEDUP, "run", str(corpus_3mb), str(out), "--scheduler-file", str(dask_processes),
-                          "--partition-rows", "500"], capture_output=True, text=True, timeout=300)
+    got = run_command([*DEDUP, "run", str(corpus_3mb), str(out), "--scheduler-file", str(dask_processes),
+                          "--partition-rows", "500"], timeout=300)
     assert got.returncode == 1, got.stderr
     last = got.stderr.strip().splitlines()[-1]
     assert last.startswith("dedup: error: no space left on the device") and "OUTPUT was left as it was" in last, last
@@ -67,8 +67,7 @@ def test_write_tasks_of_an_ended_run_write_nothing(tmp_path: Path) -> None:
 
 def test_the_run_token_never_reaches_output(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
     src = write_shards(corpus_frame, tmp_path / "in", 2)
-    got = subprocess.run([*DEDUP, "run", str(src), str(tmp_path / "out"), "--threads", "1"], capture_output=True,
-                         text=True, timeout=240)
+    got = run_command([*DEDUP, "run", str(src), str(tmp_path / "out"), "--threads", "1"], timeout=240)
     assert got.returncode == 0, got.stderr
     assert not (tmp_path / "out" / LIVE).exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]

@@ -3,7 +3,6 @@ the same whatever the partitioning, equal to the rows a cluster has with --keep-
 
 from __future__ import annotations
 
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 
 from dedup.job.pipeline import run
 from dedup.partition.roots import SIZE, roots_of_components
-from tests.conftest import DEDUP, write_shards
+from tests.conftest import DEDUP, run_command, write_shards
 
 FIRST_INDEXED = 1_000
 
@@ -66,14 +65,14 @@ def test_sizes_are_the_rows_of_each_cluster_whatever_the_partitioning(client, sh
 
 
 def test_cli_cluster_size_and_a_column_of_that_name(shards: Path, tmp_path: Path) -> None:
-    got = subprocess.run([*DEDUP, "near", str(shards), str(tmp_path / "out"), "--threads", "2", "--cluster-size"],
-                         capture_output=True, text=True, timeout=240)
+    got = run_command([*DEDUP, "near", str(shards), str(tmp_path / "out"), "--threads", "2", "--cluster-size"],
+                      timeout=240)
     assert got.returncode == 0, got.stderr
     assert pd.read_parquet(tmp_path / "out")["minhash_cluster_size"].min() >= 1
     taken = tmp_path / "taken"
     taken.mkdir()
     frame = pd.read_parquet(shards).assign(minhash_cluster_size=1)
     frame.to_parquet(taken / "a.parquet", index=False)
-    bad = subprocess.run([*DEDUP, "near", str(taken), str(tmp_path / "out2"), "--threads", "2", "--cluster-size"],
-                         capture_output=True, text=True, timeout=240)
+    bad = run_command([*DEDUP, "near", str(taken), str(tmp_path / "out2"), "--threads", "2", "--cluster-size"],
+                      timeout=240)
     assert bad.returncode == 2 and "already has a 'minhash_cluster_size' column" in bad.stderr, bad.stderr

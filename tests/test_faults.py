@@ -17,7 +17,7 @@ import pytest
 from dedup.corpus import generate
 from dedup.job.failures import explain_killed_worker
 from dedup.job.pipeline import run
-from tests.conftest import wait_for_line, write_shards
+from tests.conftest import run_command, wait_for_line, write_shards
 
 
 def _assignments(out: Path) -> bytes:
@@ -104,8 +104,9 @@ def _snapshot(path: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def first_output(bigger_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("first") / "out"
-    subprocess.run([sys.executable, "-m", "dedup", "near", str(bigger_corpus), str(out), "--n-workers", "2"],
-                   check=True, capture_output=True, timeout=300)
+    got = run_command([sys.executable, "-m", "dedup", "near", str(bigger_corpus), str(out), "--n-workers", "2"],
+                      timeout=300)
+    assert got.returncode == 0, got.stderr
     return out
 
 
@@ -152,7 +153,7 @@ def test_interrupts_report_what_output_holds(bigger_corpus: Path, first_output: 
                 assert "are kept in" not in stderr and "write:" in stderr, stderr
     if sig != signal.SIGKILL:
         return
-    res = subprocess.run([*cmd, "--overwrite", "--keep-duplicates"], capture_output=True, text=True, timeout=300)
+    res = run_command([*cmd, "--overwrite", "--keep-duplicates"], timeout=300)
     assert res.returncode == 0, res.stderr
     assert len(pd.read_parquet(out)) == len(pd.read_parquet(bigger_corpus))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # a killed run's staging is cleaned up

@@ -13,7 +13,6 @@ import datetime as dt
 import decimal
 import json
 import math
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import DEDUP
+from tests.conftest import DEDUP, run_command
 
 BODY = "the quick brown fox jumps over the lazy dog near the quiet river bank at dawn again and again"
 TEXTS = [BODY, BODY + " today", "an entirely different document about tea and biscuits in the afternoon", None]
@@ -170,8 +169,8 @@ def _write(files: dict[str, pa.Table], root: Path) -> None:
 def test_parquet_case(case: Case, dask_processes: Path, tmp_path: Path) -> None:
     src, out = tmp_path / "in", tmp_path / "out"
     _write(case.files(), src)
-    res = subprocess.run([*DEDUP, "near", str(src), str(out), "--keep-duplicates", "--scheduler-file", str(dask_processes),
-                          *case.args], capture_output=True, text=True, timeout=240)
+    res = run_command([*DEDUP, "near", str(src), str(out), "--keep-duplicates", "--scheduler-file", str(dask_processes),
+                          *case.args], timeout=240)
     if case.error is not None:
         last = res.stderr.strip().splitlines()[-1]
         assert res.returncode == case.code, res.stderr
@@ -213,8 +212,8 @@ def test_typical_corpus_clusters_and_reads_back_with_pandas_and_hive(dask_proces
     """The 'done when' corpus, dropping duplicates; pandas and hive-partitioned readers read it back."""
     src, out = tmp_path / "in", tmp_path / "out"
     _write({"lang=en/a.parquet": _typical(), "lang=de/b.parquet": _typical(10)}, src)
-    res = subprocess.run([*DEDUP, "run", str(src), str(out), "--scheduler-file", str(dask_processes)],
-                         capture_output=True, text=True, timeout=240)
+    res = run_command([*DEDUP, "run", str(src), str(out), "--scheduler-file", str(dask_processes)],
+                      timeout=240)
     assert res.returncode == 0, res.stderr
     table = ds.dataset(out, format="parquet", partitioning="hive").to_table()
     assert set(table.column("lang").to_pylist()) == {"en", "de"}
@@ -234,8 +233,8 @@ def test_many_small_shards_share_partitions_and_keep_their_names(dask_processes:
     for i in range(300):
         _write({f"s{i:04d}.parquet": pa.table({"id": [f"{i}-{j}" for j in range(10)],
                                                 "text": [f"document {i} line {j} " + BODY for j in range(10)]})}, src)
-    res = subprocess.run([*DEDUP, "near", str(src), str(out), "--scheduler-file", str(dask_processes), "--keep-duplicates"],
-                         capture_output=True, text=True, timeout=240)
+    res = run_command([*DEDUP, "near", str(src), str(out), "--scheduler-file", str(dask_processes), "--keep-duplicates"],
+                      timeout=240)
     assert res.returncode == 0, res.stderr
     m = json.loads((out / "_dedup.json").read_text())
     assert m["input_files"] == 300 and m["partitions"] == 1 and m["output_rows"] == 3000

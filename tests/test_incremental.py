@@ -11,7 +11,6 @@ their output take part (a dropped duplicate's text is gone).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from dedup.core.unionfind import components
 from dedup.job.pipeline import run
 from dedup.storage.index import INDEX_DIR, INDEX_META
 from dedup.storage.safety import UsageError
-from tests.conftest import write_shards
+from tests.conftest import run_command, write_shards
 
 
 def indexed(inputs: list[pd.DataFrame], outputs: list[Path], params: Params) -> pd.DataFrame:
@@ -181,19 +180,19 @@ def test_existing_ids_are_refused_or_skipped(client, tmp_path: Path, split) -> N
 def test_cli_against_and_index_size(tmp_path: Path, split) -> None:
     first, second, _ = split
     env_cmd = [sys.executable, "-m", "dedup", "near"]
-    r1 = subprocess.run([*env_cmd, str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"),
-                         "--n-workers", "1", "--no-report"], capture_output=True, text=True, timeout=300)
+    r1 = run_command([*env_cmd, str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"),
+                         "--n-workers", "1", "--no-report"], timeout=300)
     assert r1.returncode == 0, r1.stderr
     assert "index " in r1.stdout and "bytes each" in r1.stdout
-    r2 = subprocess.run([*env_cmd, str(write_shards(second, tmp_path / "c2", 1)), str(tmp_path / "out2"),
+    r2 = run_command([*env_cmd, str(write_shards(second, tmp_path / "c2", 1)), str(tmp_path / "out2"),
                          "--n-workers", "1", "--against", str(tmp_path / "out1"), "--no-report"],
-                        capture_output=True, text=True, timeout=300)
+                     timeout=300)
     assert r2.returncode == 0, r2.stderr
     assert "of earlier outputs" in r2.stdout
     m = json.loads((tmp_path / "out2" / "_dedup.json").read_text())
     assert m["near_duplicates_of_indexed"] > 0
-    bad = subprocess.run([*env_cmd, str(tmp_path / "c2"), str(tmp_path / "out3"), "--against", str(tmp_path / "out1"),
-                          "--num-perm", "64", "--num-bands", "8"], capture_output=True, text=True, timeout=120)
+    bad = run_command([*env_cmd, str(tmp_path / "c2"), str(tmp_path / "out3"), "--against", str(tmp_path / "out1"),
+                          "--num-perm", "64", "--num-bands", "8"], timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "num_perm=128" in bad.stderr and "num_perm=64" in bad.stderr
 

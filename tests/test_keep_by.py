@@ -4,7 +4,6 @@ Checked against a plain-Python choice over the clusters of a run without it."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 from dedup.job.pipeline import run
 from dedup.partition.features import KEEP
 from dedup.partition.roots import roots_of_components
-from tests.conftest import DEDUP
+from tests.conftest import DEDUP, run_command
 
 FIRST_INDEXED = 1_000
 
@@ -103,8 +102,8 @@ def test_keep_by_chooses_the_survivor_the_rule_says(client, shards: Path, plain:
 
 def test_keep_by_a_missing_or_unordered_column_is_a_usage_error(shards: Path, tmp_path: Path) -> None:
     for spec, says in (("nope", "has no column 'nope'"), ("tags", "which has no order")):
-        got = subprocess.run([*DEDUP, "near", str(shards), str(tmp_path / spec), "--keep-by", spec, "--threads", "1"],
-                             capture_output=True, text=True, timeout=120)
+        got = run_command([*DEDUP, "near", str(shards), str(tmp_path / spec), "--keep-by", spec, "--threads", "1"],
+                          timeout=120)
         assert got.returncode == 2 and says in got.stderr, got.stderr
         assert not (tmp_path / spec).exists()
 

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.conftest import DASK_BIN, DEDUP, start_scheduler, stop_processes, write_shards
+from tests.conftest import DASK_BIN, DEDUP, run_command, start_scheduler, stop_processes, write_shards
 
 BUCKET = "dedup-test"
 
@@ -113,9 +113,9 @@ def test_s3_input_output_protected_against_resume_and_a_damaged_release(
     s3 = f"s3://{BUCKET}"
 
     def dedup(inp: str, out: str, *more: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*DEDUP, "run", inp, out, "--scheduler-file", str(isolated_cluster), "--protected",
+        return run_command([*DEDUP, "run", inp, out, "--scheduler-file", str(isolated_cluster), "--protected",
                                f"{s3}/evals/eval.jsonl", "--max-contaminated", "1", *more],
-                              capture_output=True, text=True, timeout=300, env=s3_env, cwd=tmp_path)
+                           timeout=300, env=s3_env, cwd=tmp_path)
 
     # a first release, and a second one --against it: on S3 and on local disk, the same bytes
     for inp, out, more in ((f"{s3}/crawl1", f"{s3}/r1", ()), (str(local["crawl1"]), str(tmp_path / "l1"), ()),
@@ -140,7 +140,7 @@ def test_s3_input_output_protected_against_resume_and_a_damaged_release(
             break
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=s3_env)
+    again = run_command(cmd, timeout=300, env=s3_env)
     assert again.returncode == 0, again.stderr
     assert "resuming: reusing features, contamination, buckets" in again.stderr, again.stderr
     assert "no longer alive" in again.stderr

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from dedup.storage.staging import Staging
-from tests.conftest import DEDUP, write_shards
+from tests.conftest import DEDUP, run_command, write_shards
 
 TEXT = "the quick brown fox jumps over the lazy dog near the quiet river bank at dawn again and again"
 
@@ -55,7 +55,7 @@ def scratch(tmp_path: Path) -> Path:
 
 
 def _dedup(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*DEDUP, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return run_command([*DEDUP, *args], cwd=cwd, timeout=120)
 
 
 REFUSED = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 from dedup import Params, estimate, jaccard, shingles, signatures
 from dedup.core.text import word_ngrams
 from dedup.job.pipeline import run
-from tests.conftest import DEDUP, chromium, write_shards
+from tests.conftest import DEDUP, chromium, run_command, write_shards
 
 
 @pytest.mark.parametrize(("confirm", "drop"), [("estimate", True), ("exact", False)])
@@ -113,8 +112,8 @@ def test_report_page_in_a_real_browser(dask_processes: Path, tmp_path: Path, cor
     from selenium.webdriver.common.by import By
 
     src = write_shards(corpus_frame, tmp_path / "in", 2)
-    res = subprocess.run([*DEDUP, "run", str(src), str(tmp_path / "out"), "--protected", str(protected_file),
-                          "--scheduler-file", str(dask_processes)], capture_output=True, text=True, timeout=240)
+    res = run_command([*DEDUP, "run", str(src), str(tmp_path / "out"), "--protected", str(protected_file),
+                          "--scheduler-file", str(dask_processes)], timeout=240)
     assert res.returncode == 0, res.stderr
     m = json.loads((tmp_path / "out" / "_dedup.json").read_text())
     page = tmp_path / "out" / m["report"]
@@ -186,8 +185,8 @@ def test_the_page_helps_tune_in_chromium(dask_processes: Path, tmp_path: Path) -
     gram = " ".join(texts[7].split()[50:63])
     (tmp_path / "eval.jsonl").write_text(json.dumps({"question": f"Which clause says: {gram}?"}) + "\n")
     out = tmp_path / "out"
-    got = subprocess.run([*DEDUP, "run", str(src), str(out), "--protected", str(tmp_path / "eval.jsonl"),
-                          "--scheduler-file", str(dask_processes)], capture_output=True, text=True, timeout=240)
+    got = run_command([*DEDUP, "run", str(src), str(out), "--protected", str(tmp_path / "eval.jsonl"),
+                          "--scheduler-file", str(dask_processes)], timeout=240)
     assert got.returncode == 0, got.stderr
     m = json.loads((out / "_dedup.json").read_text())
     d = chromium(1200, 3000)

@@ -20,7 +20,7 @@ import pytest
 
 from dedup.corpus import generate
 from dedup.job.analysis import ORDER
-from tests.conftest import DEDUP, kill_after, parquet_digests, start_dask, start_scheduler, write_shards
+from tests.conftest import DEDUP, kill_after, parquet_digests, run_command, start_dask, start_scheduler, write_shards
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def _staging(out: Path) -> list[Path]:
 @pytest.fixture(scope="module")
 def baseline(inputs: tuple[Path, Path], dask_processes: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("baseline") / "out"
-    got = subprocess.run(_command(*inputs, out, dask_processes), capture_output=True, text=True, timeout=240)
+    got = run_command(_command(*inputs, out, dask_processes), timeout=240)
     assert got.returncode == 0, got.stderr
     assert "resumed" not in json.loads((out / "_dedup.json").read_text())
     digests = parquet_digests(out)
@@ -70,7 +70,7 @@ def test_a_client_killed_after_each_stage_resumes_to_the_same_output(inputs: tup
         assert out.exists() is False and len(_staging(out)) == 1, seen
         if i:
             assert f"resuming: reusing {', '.join(ORDER[:i])} from the interrupted run of" in seen, seen
-    got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    got = run_command(cmd, timeout=240)
     assert got.returncode == 0, got.stderr
     assert f"resuming: reusing {', '.join(ORDER)} from the interrupted run of" in got.stderr
     manifest = json.loads((out / "_dedup.json").read_text())
@@ -96,12 +96,12 @@ def test_a_changed_input_or_protected_file_starts_over(inputs: tuple[Path, Path]
     shard = pd.read_parquet(src / "shard-01.parquet")
     shard.loc[0, "text"] = "a text rewritten after the run was interrupted " * 3
     shard.to_parquet(src / "shard-01.parquet", index=False)
-    got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    got = run_command(cmd, timeout=240)
     assert got.returncode == 0, got.stderr
     assert "input file shard-01.parquet changed; starting over" in got.stderr, got.stderr
     assert "resumed" not in json.loads((out / "_dedup.json").read_text())
     fresh = tmp_path / "fresh"
-    again = subprocess.run(_command(src, prot, fresh, dask_processes), capture_output=True, text=True, timeout=240)
+    again = run_command(_command(src, prot, fresh, dask_processes), timeout=240)
     assert again.returncode == 0, again.stderr
     assert parquet_digests(out) == parquet_digests(fresh)
 
@@ -111,7 +111,7 @@ def test_restart_discards_what_was_kept(inputs: tuple[Path, Path], dask_processe
     out = tmp_path / "out"
     cmd = _command(*inputs, out, dask_processes)
     kill_after(cmd, "confirm:")
-    got = subprocess.run([*cmd, "--restart"], capture_output=True, text=True, timeout=240)
+    got = run_command([*cmd, "--restart"], timeout=240)
     assert got.returncode == 0, got.stderr
     assert "--restart: the interrupted run of" in got.stderr and "resuming" not in got.stderr
     assert "resumed" not in json.loads((out / "_dedup.json").read_text())
@@ -178,7 +178,7 @@ def test_a_lost_scheduler_resumes_on_a_new_one(inputs: tuple[Path, Path], baseli
     [line] = [x for x in err.splitlines() if x.startswith("dedup: error:")]
     assert "scheduler" in line and "OUTPUT was left as it was" in line and "kept-" not in line, line
     second = _cluster(tmp_path / "second", own_cluster)
-    got = subprocess.run(_command(*inputs, out, second), capture_output=True, text=True, timeout=240)
+    got = run_command(_command(*inputs, out, second), timeout=240)
     assert got.returncode == 0, got.stderr
     reused = json.loads((out / "_dedup.json").read_text())["resumed"]["reused"]
     assert reused[:4] == ["features", "contamination", "buckets", "confirm"], reused
@@ -193,7 +193,7 @@ def test_threads_resume_too(inputs: tuple[Path, Path], dask_processes: Path, bas
     cmd = [arg for arg in _command(*inputs, out, dask_processes) if arg not in ("--scheduler-file", str(dask_processes))]
     cmd += ["--threads", "2"]
     kill_after(cmd, "roots:")
-    got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    got = run_command(cmd, timeout=240)
     assert got.returncode == 0, got.stderr
     resumed = json.loads((out / "_dedup.json").read_text())["resumed"]
     upto = ORDER.index("roots") + 1
@@ -227,12 +227,12 @@ def test_an_edit_that_keeps_size_and_mtime_starts_over(inputs: tuple[Path, Path]
     after = os.stat(src / "shard-01.parquet")
     assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
     assert pq.ParquetFile(src / "shard-01.parquet").metadata.to_dict() == footer
-    got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    got = run_command(cmd, timeout=240)
     assert got.returncode == 0, got.stderr
     assert "input file shard-01.parquet changed; starting over" in got.stderr, got.stderr
     fresh = tmp_path / "fresh"
-    again = subprocess.run([*cmd[:4], str(src), str(fresh), *cmd[6:]],
-                           capture_output=True, text=True, timeout=240)
+    again = run_command([*cmd[:4], str(src), str(fresh), *cmd[6:]],
+                        timeout=240)
     assert again.returncode == 0, again.stderr
     assert parquet_digests(out) == parquet_digests(fresh)
 
@@ -249,7 +249,7 @@ def test_a_damaged_kept_stage_is_named_and_computed_again(inputs: tuple[Path, Pa
     [staging] = _staging(out)
     part = sorted((staging / "_stages" / "confirm" / "graph").glob("part-*.parquet"))[0]
     part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
-    got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    got = run_command(cmd, timeout=240)
     assert got.returncode == 0, got.stderr
     assert f"a kept result of the interrupted run is damaged ({part} is not a Parquet file" in got.stderr, got.stderr
     assert "computing confirm, components, survivors, roots again" in got.stderr
@@ -260,7 +260,7 @@ def test_a_damaged_kept_stage_is_named_and_computed_again(inputs: tuple[Path, Pa
     [staging] = _staging(out)
     table = staging / "_stages" / "roots" / "summary.pkl"
     table.write_bytes(b"not the pickle that was kept")
-    got = subprocess.run([*cmd, "--overwrite"], capture_output=True, text=True, timeout=240)
+    got = run_command([*cmd, "--overwrite"], timeout=240)
     assert got.returncode == 0, got.stderr
     assert f"({table} is not the file that was kept (28 bytes)): computing roots again" in got.stderr, got.stderr
     assert parquet_digests(out) == baseline and not _staging(out)

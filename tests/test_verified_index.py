@@ -14,12 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from dedup.storage import stamps
-from tests.conftest import DEDUP, write_shards
+from tests.conftest import DEDUP, run_command, write_shards
 
 
 def _near(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*DEDUP, "near", *args, "--threads", "1", "--no-report"], capture_output=True, text=True,
-                          timeout=240)
+    return run_command([*DEDUP, "near", *args, "--threads", "1", "--no-report"], timeout=240)
 
 
 @pytest.fixture(scope="module")
