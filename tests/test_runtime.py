@@ -166,15 +166,21 @@ def test_local_workers_are_forked_from_a_preloaded_process_started_with_their_en
         assert w["env"] == {"MALLOC_TRIM_THRESHOLD_": "262144", "MALLOC_MMAP_THRESHOLD_": mmap, "OMP_NUM_THREADS": "1"}
 
 
-def _forkservers() -> set[int]:
-    """Live forkserver processes on this machine."""
+def _forkservers(tag: str) -> set[int]:
+    """Live forkserver processes on this machine started by a process whose environment had
+    DEDUP_TEST_RUN=`tag` (they inherit it): those of this test's `dedup`, not those of the runs other
+    tests make at the same time (pytest-xdist)."""
     import psutil
 
     out = set()
     for p in psutil.process_iter(["cmdline", "status"]):
         line = " ".join(p.info["cmdline"] or [])
         if "multiprocessing.forkserver import main" in line and p.info["status"] != psutil.STATUS_ZOMBIE:
-            out.add(p.pid)
+            try:
+                if p.environ().get("DEDUP_TEST_RUN") == tag:
+                    out.add(p.pid)
+            except psutil.Error:  # gone meanwhile
+                pass
     return out
 
 
@@ -194,21 +200,22 @@ def test_dedup_leaves_no_forkserver_behind(tmp_path, ending: str) -> None:
     pd.DataFrame({"id": ["a", "b"], "text": ["one short text", "another short text"]}).to_parquet(
         data / "part-0.parquet")
     out = data / "out" if ending == "refused" else tmp_path / "out"
-    before = _forkservers()
+    tag = tmp_path.name
     # output to files, not pipes: a caller reading pipes until they close would also wait for a
     # forkserver left behind (it inherits them), and never see it
     with open(tmp_path / "err", "w") as err:
         code = subprocess.run([sys.executable, "-m", "dedup", "run", str(data), str(out), "--n-workers", "1"],
-                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err, timeout=120).returncode
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err, timeout=120,
+                              env={**os.environ, "DEDUP_TEST_RUN": tag}).returncode
     message = (tmp_path / "err").read_text()
     if ending == "refused":
         assert code == 2 and "lies inside the input" in message, message
     else:
         assert code == 0 and (out / "part-0.parquet").exists(), message
     deadline = time.monotonic() + 0.5  # the kill is sent before `dedup` exits; let it land
-    while _forkservers() - before and time.monotonic() < deadline:
+    while _forkservers(tag) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _forkservers() - before
+    assert not _forkservers(tag)
 
 
 DEFAULTS = """
