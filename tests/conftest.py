@@ -18,7 +18,7 @@ import pytest
 from hypothesis import settings
 
 from dedup.corpus import CorpusDoc, generate, protected_example
-from tests.warm import run_warm
+from tests.warm import WarmChild, run_warm
 
 QUIET_DASK = {
     "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
@@ -156,7 +156,7 @@ def parquet_digests(out: Path) -> dict[str, str]:
             for p in sorted(out.rglob("*.parquet")) if p.is_file()}
 
 
-def wait_for_line(proc: subprocess.Popen[str], found: Callable[[str], bool], timeout: float = 120) -> str:
+def wait_for_line(proc: subprocess.Popen[str] | WarmChild, found: Callable[[str], bool], timeout: float = 120) -> str:
     """The stderr of `proc` read until a line for which `found` is true; all of it read so far (an
     AssertionError with it when no such line comes within `timeout` seconds)."""
     seen = ""
@@ -174,7 +174,17 @@ def wait_for_line(proc: subprocess.Popen[str], found: Callable[[str], bool], tim
 
 def kill_after(cmd: list[str], line: str, timeout: float = 240) -> str:
     """Start `cmd`, SIGKILL it as soon as a line of its stderr starts with `line` (after the log's
-    time and name); its stderr until then."""
+    time and name); its stderr until then. A `[*DEDUP, ...]` command is forked from the warm
+    interpreter (`tests.warm`), its stderr read from a FIFO as from a pipe."""
+    if cmd[:len(DEDUP)] == DEDUP:
+        child = WarmChild(cmd[len(DEDUP):], stream=True)
+        try:
+            seen = wait_for_line(child, lambda got: got.split(" ", 3)[-1].startswith(line), timeout)
+            child.kill(signal.SIGKILL)
+            child.wait(30)
+            return seen
+        finally:
+            child.close()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         seen = wait_for_line(proc, lambda got: got.split(" ", 3)[-1].startswith(line), timeout)

@@ -36,6 +36,8 @@ if threading.active_count() != 1:  # a thread would not survive the fork: say so
 out = os.fdopen(os.dup(1), "w")
 for line in sys.stdin:
     req = json.loads(line)
+    # opened here, before the fork: once the caller has the pid, the child holds them (a FIFO too)
+    fds = [os.open(os.devnull, os.O_RDONLY), os.open(req["stdout"], os.O_WRONLY), os.open(req["stderr"], os.O_WRONLY)]
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -46,9 +48,9 @@ for line in sys.stdin:
             os.environ.update(req["env"])
             import dask.config
             dask.config.refresh()
-            for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, req["stdout"], os.O_WRONLY),
-                                   (2, req["stderr"], os.O_WRONLY)):
-                os.dup2(os.open(path, mode), fd)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
             sys.stdin = open(0, closefd=False)
             sys.argv = ["dedup", *req["args"]]
             try:
@@ -63,6 +65,8 @@ for line in sys.stdin:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
+    for fd in fds:
+        os.close(fd)
     out.write(json.dumps({"pid": pid}) + "\n")
     out.flush()
     _, status = os.waitpid(pid, 0)
@@ -102,26 +106,73 @@ def _reply(server: subprocess.Popen[str], timeout: float | None) -> dict[str, in
     return json.loads(line)
 
 
+class WarmChild:
+    """`dedup ARGS...` started as a child of the warm interpreter, in `cwd` with `env` (this process's
+    environment by default). Its stdout goes to a file; its stderr to a file, or with `stream` to a
+    FIFO read line by line as it is written (`stderr`), as from a pipe."""
+
+    def __init__(self, args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+                 stream: bool = False) -> None:
+        self.args = ["dedup", *args]
+        self.server = _start()
+        self._tmp = tempfile.TemporaryDirectory()
+        self.paths = {name: Path(self._tmp.name) / name for name in ("stdout", "stderr")}
+        self.paths["stdout"].touch()
+        self.stderr = None
+        if stream:
+            os.mkfifo(self.paths["stderr"])
+            # the read end first and not blocking, so that the interpreter's open for writing returns
+            fd = os.open(self.paths["stderr"], os.O_RDONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            self.stderr = open(fd, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by close()
+        else:
+            self.paths["stderr"].touch()
+        request = {"args": list(args), "cwd": str(cwd or Path.cwd()), "env": dict(os.environ if env is None else env),
+                   **{name: str(p) for name, p in self.paths.items()}}
+        assert self.server.stdin is not None
+        self.server.stdin.write(json.dumps(request) + "\n")
+        self.server.stdin.flush()
+        self.pid = _reply(self.server, 60)["pid"]
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit code (-N when killed by signal N); `subprocess.TimeoutExpired` after `timeout` s."""
+        if self.returncode is None:
+            try:
+                status = _reply(self.server, timeout)["status"]
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self, sig: int = signal.SIGKILL, group: bool = False) -> None:
+        """Send `sig` to the child (with `group`, to every process it started too)."""
+        if self.returncode is None:
+            (os.killpg if group else os.kill)(self.pid, sig)
+
+    def output(self) -> tuple[str, str]:
+        """What the child wrote to stdout, and to stderr (when not streamed)."""
+        err = "" if self.stderr is not None else self.paths["stderr"].read_text()
+        return self.paths["stdout"].read_text(), err
+
+    def close(self) -> None:
+        """Kill the child's process group if it still runs, wait for it, remove its files."""
+        if self.returncode is None:
+            self.kill(signal.SIGKILL, group=True)
+            self.wait(60)
+        if self.stderr is not None:
+            self.stderr.close()
+        self._tmp.cleanup()
+
+
 def run_warm(args: list[str], cwd: Path | None, timeout: float,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`dedup ARGS...` run to its end by a child of the warm interpreter, in `cwd` with `env` (this
     process's environment by default); its exit code (-N when killed by signal N) and output as text."""
-    server = _start()
-    assert server.stdin is not None
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = {name: str(Path(tmp) / name) for name in ("stdout", "stderr")}
-        for p in paths.values():
-            Path(p).touch()
-        request = {"args": list(args), "cwd": str(cwd or Path.cwd()), "env": dict(os.environ if env is None else env),
-                   **paths}
-        server.stdin.write(json.dumps(request) + "\n")
-        server.stdin.flush()
-        pid = _reply(server, 60)["pid"]
-        try:
-            status = _reply(server, timeout)["status"]
-        except TimeoutError:
-            os.killpg(pid, signal.SIGKILL)
-            _reply(server, 60)
-            raise subprocess.TimeoutExpired(["dedup", *args], timeout) from None
-        out, err = (Path(paths[n]).read_text() for n in ("stdout", "stderr"))
-    return subprocess.CompletedProcess(["dedup", *args], os.waitstatus_to_exitcode(status), out, err)
+    child = WarmChild(args, cwd, env)
+    try:
+        code = child.wait(timeout)
+        out, err = child.output()
+    finally:
+        child.close()
+    return subprocess.CompletedProcess(child.args, code, out, err)
