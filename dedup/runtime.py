@@ -85,14 +85,30 @@ def dask_client(scheduler: str | None = None, scheduler_file: str | None = None,
     config: dict[str, Any] = {"distributed.nanny.pre-spawn-environ": worker_environ()}
     if start_forkserver():
         config["distributed.worker.multiprocessing-method"] = "forkserver"
-    with dask.config.set(config), \
+    with dask.config.set(config), contextlib.ExitStack() as closing:
+        cluster = closing.enter_context(_closed_quietly(
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                         silence_logs=quiet, preload=[__name__]) as cluster, \
-            Client(cluster) as client:
+                         silence_logs=quiet, preload=[__name__])))
+        client = closing.enter_context(_closed_quietly(Client(cluster)))
         log.info("local cluster: %d worker processes; dashboard %s", workers, client.dashboard_link)
         with watching(client, stall_timeout):
             yield client
         stop_workers(cluster)
+
+
+@contextlib.contextmanager
+def _closed_quietly(resource: Any) -> Iterator[Any]:
+    """`resource` (a local cluster or its client), closed at the end: a failure to close it (a
+    timeout on a loaded machine) is logged, never raised. After a finished job OUTPUT is committed,
+    and the run must not end with an error; after a failed one, the job's own error is the one to see."""
+    try:
+        yield resource
+    finally:
+        try:
+            resource.close()
+        except Exception as exc:  # noqa: BLE001 - the processes end with this one anyway
+            log.warning("the local cluster did not close cleanly (%s: %s); its processes end with this one",
+                        type(exc).__name__, exc)
 
 
 @contextlib.contextmanager

@@ -245,3 +245,24 @@ def test_distributed_defaults_are_those_of_importing_distributed_without_importi
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert got == {"imported": False, "same": True, "method": method or "spawn", "trim": 65536}
+
+
+class _WontClose:
+    """A resource whose close times out, as a local cluster's can on a loaded machine."""
+
+    def close(self) -> None:
+        raise TimeoutError("took too long")
+
+
+def test_a_local_cluster_that_does_not_close_in_time_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    """After a finished job OUTPUT is committed: a cluster that then fails to close is a warning, not
+    an error exit (and after a failed job the job's own error stays the one raised)."""
+    import logging
+
+    from dedup import runtime
+
+    with caplog.at_level(logging.WARNING, logger="dedup"), runtime._closed_quietly(_WontClose()) as got:
+        assert isinstance(got, _WontClose)
+    assert "did not close cleanly (TimeoutError: took too long)" in caplog.text
+    with pytest.raises(KeyError), runtime._closed_quietly(_WontClose()):
+        raise KeyError("the job's error")
