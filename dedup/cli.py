@@ -344,7 +344,12 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, TooContaminated):
             print(f"dedup: stopped: {exc} OUTPUT was left as it was.", file=sys.stderr)
             return 3
-        print(f"dedup: error: {' '.join(_message(exc, args).split())}", file=sys.stderr)  # one line
+        message = ' '.join(_message(exc, args).split())  # one line
+        if plan is not None and plan.staging.committed:  # what failed came after the job: OUTPUT is whole
+            print(f"dedup: warning: {message} (after OUTPUT was replaced; {args.output} holds the complete new "
+                  "output)", file=sys.stderr)
+            return 0
+        print(f"dedup: error: {message}", file=sys.stderr)
         return 2 if stage == "usage" or isinstance(exc, UsageError) else 1
 
 

@@ -120,6 +120,16 @@ def run_dedup(*args: str, cwd: Path | None = None, timeout: int = 240) -> subpro
     return run_warm(list(args), cwd, timeout)
 
 
+def start_command(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str] | WarmChild:
+    """`cmd` started, its stderr a text stream to read line by line (stdout kept apart); a
+    `[*DEDUP, ...]` command is forked from the warm interpreter (`tests.warm.WarmChild`, with the
+    `Popen` methods the tests use: `stderr`, `poll`, `wait`, `send_signal`, `communicate`, `returncode`).
+    One warm child at a time: start concurrent runs with `subprocess.Popen`."""
+    if cmd[:len(DEDUP)] == DEDUP:
+        return WarmChild(cmd[len(DEDUP):], env=env, stream=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
 def run_command(cmd: list[str], cwd: Path | None = None, timeout: float = 240,
                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`subprocess.run(cmd)` with its output captured as text; a `[*DEDUP, ...]` command runs as

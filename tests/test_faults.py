@@ -17,7 +17,8 @@ import pytest
 from dedup.corpus import generate
 from dedup.job.failures import explain_killed_worker
 from dedup.job.pipeline import run
-from tests.conftest import run_command, wait_for_line, write_shards
+from tests.conftest import run_command, start_command, wait_for_line, write_shards
+from tests.warm import WarmChild
 
 
 def _assignments(out: Path) -> bytes:
@@ -93,7 +94,7 @@ def test_worker_killed_mid_route_gives_identical_output(bigger_corpus: Path, und
     assert _assignments(tmp_path / "killed") == undisturbed
 
 
-def _wait_for(proc: subprocess.Popen, text: str, timeout: float = 120) -> str:
+def _wait_for(proc: subprocess.Popen | WarmChild, text: str, timeout: float = 120) -> str:
     return wait_for_line(proc, lambda line: text in line, timeout)
 
 
@@ -121,8 +122,7 @@ def test_interrupts_report_what_output_holds(bigger_corpus: Path, first_output: 
     cmd = [sys.executable, "-m", "dedup", "near", str(bigger_corpus), str(out), "--n-workers", "2"]
     shutil.copytree(first_output, out)
     before = _snapshot(out)
-    proc = subprocess.Popen([*cmd, "--overwrite", "--keep-duplicates"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    proc = start_command([*cmd, "--overwrite", "--keep-duplicates"])
     try:
         seen = _wait_for(proc, after)
         proc.send_signal(sig)
@@ -130,6 +130,8 @@ def test_interrupts_report_what_output_holds(bigger_corpus: Path, first_output: 
     finally:
         if proc.poll() is None:
             proc.kill()
+        if isinstance(proc, WarmChild):
+            proc.close()
     stderr = seen + err
     assert "Traceback" not in stderr and "AllExit" not in stderr, stderr
     rows = len(pd.read_parquet(out))

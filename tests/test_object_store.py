@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.conftest import DASK_BIN, DEDUP, run_command, start_scheduler, stop_processes, write_shards
+from tests.conftest import DASK_BIN, DEDUP, run_command, start_command, start_scheduler, stop_processes, write_shards
 
 BUCKET = "dedup-test"
 
@@ -132,7 +132,7 @@ def test_s3_input_output_protected_against_resume_and_a_damaged_release(
     # over: its process is gone) and writes the same bytes
     cmd = [*DEDUP, "run", f"{s3}/crawl2", f"{s3}/r2k", "--scheduler-file", str(isolated_cluster), "--protected",
            f"{s3}/evals/eval.jsonl", "--max-contaminated", "1", "--against", f"{s3}/r1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=s3_env)
+    proc = start_command(cmd, env=s3_env)
     assert proc.stderr is not None
     for line in proc.stderr:
         if line.split(" ", 3)[-1].startswith("buckets:"):

@@ -20,7 +20,16 @@ import pytest
 
 from dedup.corpus import generate
 from dedup.job.analysis import ORDER
-from tests.conftest import DEDUP, kill_after, parquet_digests, run_command, start_dask, start_scheduler, write_shards
+from tests.conftest import (
+    DEDUP,
+    kill_after,
+    parquet_digests,
+    run_command,
+    start_command,
+    start_dask,
+    start_scheduler,
+    write_shards,
+)
 
 
 @pytest.fixture(scope="module")
@@ -161,8 +170,7 @@ def test_a_lost_scheduler_resumes_on_a_new_one(inputs: tuple[Path, Path], baseli
     first = _cluster(tmp_path / "first", own_cluster)
     # the client gives a lost scheduler 5 s to come back, not the default 30 s
     env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"}
-    proc = subprocess.Popen(_command(*inputs, out, first), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    proc = start_command(_command(*inputs, out, first), env=env)
     seen = ""
     assert proc.stderr is not None
     for got in proc.stderr:

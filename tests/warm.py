@@ -145,6 +145,24 @@ class WarmChild:
             self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
+    def poll(self) -> int | None:
+        """The exit code if the child has ended, else None (as `Popen.poll`)."""
+        if self.returncode is None:
+            assert self.server.stdout is not None
+            if select.select([self.server.stdout], [], [], 0)[0]:
+                return self.wait()
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        self.kill(sig)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Wait for the end; (stdout, the rest of stderr), as `Popen.communicate` with text output."""
+        rest = self.stderr.read() if self.stderr is not None else ""
+        self.wait(timeout)
+        out, err = self.output()
+        return out, rest or err
+
     def kill(self, sig: int = signal.SIGKILL, group: bool = False) -> None:
         """Send `sig` to the child (with `group`, to every process it started too)."""
         if self.returncode is None:
