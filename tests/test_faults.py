@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -33,12 +34,11 @@ def bigger_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def undisturbed(bigger_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """The assignments an undisturbed run gives (the same whatever the partitioning: the contract)."""
-    from distributed import Client, LocalCluster
-
+def undisturbed(bigger_corpus: Path, tmp_path_factory: pytest.TempPathFactory, cluster_client: Any) -> bytes:
+    """The assignments an undisturbed run gives, on the suite's shared cluster (the same whatever the
+    partitioning and the cluster: the contract)."""
     out = tmp_path_factory.mktemp("undisturbed") / "out"
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, Client(lc):
+    with cluster_client.as_current():
         run(str(bigger_corpus), str(out), drop=False)
     return _assignments(out)
 

@@ -30,6 +30,9 @@ import dedup.cli, dedup.job.pipeline, dedup.report.page  # noqa: F401
 import dedup.core._kernels as _k
 
 _k.__name__  # the lazy module loads numba now, once
+from numba.core.registry import cpu_target
+
+cpu_target.target_context  # and its compiler's registries, which loading a cached kernel needs
 dedup.report.page.plotting()
 if threading.active_count() != 1:  # a thread would not survive the fork: say so, and serve nothing
     sys.exit(f"warm dedup: {threading.active_count()} threads after the imports, cannot fork safely")
