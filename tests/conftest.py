@@ -183,28 +183,25 @@ def wait_for_line(proc: subprocess.Popen[str] | WarmChild, found: Callable[[str]
 
 
 def kill_after(cmd: list[str], line: str, timeout: float = 240) -> str:
-    """Start `cmd`, SIGKILL it as soon as a line of its stderr starts with `line` (after the log's
-    time and name); its stderr until then. A `[*DEDUP, ...]` command is forked from the warm
-    interpreter (`tests.warm`), its stderr read from a FIFO as from a pipe."""
-    if cmd[:len(DEDUP)] == DEDUP:
-        child = WarmChild(cmd[len(DEDUP):], stream=True)
-        try:
-            seen = wait_for_line(child, lambda got: got.split(" ", 3)[-1].startswith(line), timeout)
-            child.kill(signal.SIGKILL)
-            child.wait(30)
-            return seen
-        finally:
-            child.close()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    """Start `cmd` (`start_command`), SIGKILL it as soon as a line of its stderr starts with `line`
+    (after the log's time and name); its stderr until then."""
+    proc = start_command(cmd)
     try:
         seen = wait_for_line(proc, lambda got: got.split(" ", 3)[-1].startswith(line), timeout)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         return seen
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        end_process(proc)
+
+
+def end_process(proc: subprocess.Popen[str] | WarmChild) -> None:
+    """`proc` killed if it still runs, and waited for; a warm child's files removed too."""
+    if isinstance(proc, WarmChild):
+        proc.close()
+    elif proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -18,7 +18,7 @@ import pytest
 from dedup.corpus import generate
 from dedup.job.failures import explain_killed_worker
 from dedup.job.pipeline import run
-from tests.conftest import run_command, start_command, wait_for_line, write_shards
+from tests.conftest import end_process, run_command, start_command, wait_for_line, write_shards
 from tests.warm import WarmChild
 
 
@@ -128,10 +128,7 @@ def test_interrupts_report_what_output_holds(bigger_corpus: Path, first_output: 
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        if isinstance(proc, WarmChild):
-            proc.close()
+        end_process(proc)
     stderr = seen + err
     assert "Traceback" not in stderr and "AllExit" not in stderr, stderr
     rows = len(pd.read_parquet(out))

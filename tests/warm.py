@@ -5,9 +5,9 @@ numba and matplotlib before it reads an argument; the suite starts about a hundr
 one interpreter per pytest process imports them once and forks a child for each command: the child
 is a process of its own (its pid, working directory, environment, stdin from /dev/null, stdout
 and stderr captured, its exit code and signals), runs the same entry point as `python -m dedup`
-and ends the same way. What it skips is only the imports. The tests of start-up itself (that
-`--threads` never imports distributed, that the command is installed, Ctrl-C and kills at a
-stage's line) start a cold `python -m dedup` instead.
+and ends the same way. What it skips is only the imports. The tests of start-up and exit
+themselves (that `--threads` never imports distributed, that `dedup` ends its forkserver) start a
+cold `python -m dedup`, as do runs started at the same time (the interpreter serves one at a time).
 """
 
 from __future__ import annotations
