@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 from pathlib import Path
 
 import dask
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 
 from dedup import Params
 from dedup.job.pipeline import near_dedup_frame, run
-from tests.conftest import DEDUP, chromium, kill_after, parquet_digests, run_dedup
+from tests.conftest import DEDUP, chromium, kill_after, parquet_digests, run_command, run_dedup
 from tests.reference import ref_clusters, ref_shingles, ref_signature
 
 VOCAB = [f"w{i}" for i in range(400)]
@@ -265,7 +264,7 @@ def test_centred_holds_across_three_releases(tmp_path: Path, chained: pd.DataFra
                "centred", "--confirm", confirm, "--keep-by", "score", *(["--keep-duplicates"] if keep else []), *against]
         if r == 2:
             kill_after(cmd, "buckets:")
-        got = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        got = run_command(cmd)
         assert got.returncode == 0, got.stderr
         frame = pd.read_parquet(out)
         survivors |= set(frame["id"][frame["id"] == frame["minhash_cluster"]])
@@ -279,8 +278,7 @@ def test_centred_holds_across_three_releases(tmp_path: Path, chained: pd.DataFra
             from_earlier += root not in set(part["id"])
         if r == 2:
             assert "resuming: reusing features, buckets" in got.stderr, got.stderr
-            whole = subprocess.run([*cmd[:5], str(tmp_path / "r2-whole"), *cmd[6:]], capture_output=True, text=True,
-                                   timeout=240)
+            whole = run_command([*cmd[:5], str(tmp_path / "r2-whole"), *cmd[6:]])
             assert whole.returncode == 0, whole.stderr
             assert parquet_digests(out) == parquet_digests(tmp_path / "r2-whole")
     assert checked > 20 and from_earlier > 5

@@ -4,6 +4,7 @@ partition by partition) or on the cluster (large-star/small-star rounds)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import partial
 
 import dask.dataframe as dd
 import numpy as np
@@ -13,7 +14,8 @@ import pyarrow as pa
 from dedup.config import CLIENT_COMPONENT_EDGES
 from dedup.core.unionfind import components
 from dedup.job.compute import active_client, compute
-from dedup.job.graphs import persist
+from dedup.job.graphs import persist, persist_counting
+from dedup.job.routing import route_by
 from dedup.job.stage import Job, Step
 from dedup.partition import ccstar, keyspace
 from dedup.partition.roots import MEMBER_META
@@ -107,22 +109,37 @@ def _piece(piece: pd.DataFrame) -> pd.DataFrame:
     return piece
 
 
-def components_on_cluster(graph: dd.DataFrame, npartitions: int) -> tuple[dd.DataFrame, int]:
-    """(doc, label) by alternating large-star and small-star with shuffles, until a round leaves the
-    edge set unchanged (its checksum, the only thing the client sees). Returns the labels and rounds."""
+def components_on_cluster(graph: dd.DataFrame, npartitions: int, rows: int | None = None) -> tuple[dd.DataFrame, int]:
+    """(doc, label) by alternating large-star and small-star, each step's edges moved to the
+    partition of the node it groups on, until a round leaves the edge set unchanged (its checksum,
+    the only thing the client sees). Returns the labels and rounds. `rows`: the graph's edges when
+    known; no round holds more (each star step maps an edge to at most one), so a small graph's
+    moves take one gathering task instead of a shuffle (`dedup.job.routing.route_by`)."""
     k = max(1, npartitions)
     edges = persist(graph.map_partitions(_normalised, meta=ccstar.EDGE_META))
+    adj_rows = 2 * rows if rows is not None else None
     previous = None
     for rounds in range(1, MAX_STAR_ROUNDS + 1):
-        adj = persist(edges.map_partitions(ccstar.both_directions, meta=ccstar.ADJ_META).shuffle(on="u", npartitions=k))
-        (sums,) = compute(adj.map_partitions(ccstar.checksum, meta=ccstar.CHECKSUM_META))
+        both = edges.map_partitions(ccstar.both_directions, meta=ccstar.ADJ_META)
+        at_u = route_by(both, partial(_node_part, column="u", npartitions=k), k, adj_rows, EDGE_ROW_BYTES)
+        (adj,), (sums,) = persist_counting([at_u], [at_u.map_partitions(ccstar.checksum, meta=ccstar.CHECKSUM_META)])
         state = tuple(int(sums[c].to_numpy(np.uint64).sum(dtype=np.uint64)) for c in ("count", "s1", "s2"))
         if state == previous:
             return edges.map_partitions(ccstar.star_labels, meta=MEMBER_META), rounds
         previous = state
         large = adj.map_partitions(ccstar.large_star, meta=ccstar.EDGE_META)
-        edges = persist(large.shuffle(on="b", npartitions=k).map_partitions(ccstar.small_star, meta=ccstar.EDGE_META))
+        at_b = route_by(large, partial(_node_part, column="b", npartitions=k), k, rows, EDGE_ROW_BYTES)
+        edges = persist(at_b.map_partitions(ccstar.small_star, meta=ccstar.EDGE_META))
     raise RuntimeError(f"Connected components did not converge in {MAX_STAR_ROUNDS} rounds; please report this as a bug.")
+
+
+EDGE_ROW_BYTES = 24
+"""The estimate of a routed edge row (two int64 nodes, and the routing's own)."""
+
+
+def _node_part(frame: pd.DataFrame, column: str, npartitions: int) -> np.ndarray:
+    """The partition that gathers each row's node in `column` (every edge of a node in one partition)."""
+    return keyspace.label_partition(frame[column].to_numpy(np.int64), npartitions)
 
 
 def _normalised(d: pd.DataFrame) -> pd.DataFrame:
@@ -149,7 +166,7 @@ class Components(Step):
         if mode == "client":
             job.labels = components_on_client(job.graph, job.feat_all.npartitions, s.spill_dir, job.placement)
             return f"{job.graph_edges} edges joined on the client"
-        job.labels, rounds = components_on_cluster(job.graph, s.npartitions or job.feat.npartitions)
+        job.labels, rounds = components_on_cluster(job.graph, s.npartitions or job.feat.npartitions, job.graph_edges)
         job.report.component_rounds = rounds
         return f"{job.graph_edges} edges joined on the cluster in {rounds} large/small-star rounds"
 

@@ -80,6 +80,26 @@ def persist(*collections: Any) -> Any:
     return got[0] if len(got) == 1 else got
 
 
+def persist_counting(frames: Sequence[Any], counts: Sequence[Any]) -> tuple[tuple[Any, ...], list[pd.DataFrame]]:
+    """`persist` of `frames` and `counts` (small per-partition tallies) in one graph, so that what
+    they share runs once, and each tally's partitions brought back as one frame, without a second
+    graph: one round trip where a persist and then a compute of the tallies made two."""
+    got = persist(*frames, *counts)
+    got = got if isinstance(got, tuple) else (got,)
+    return got[:len(frames)], [_rows_of(t) for t in got[len(frames):]]
+
+
+def _rows_of(frame: Any) -> pd.DataFrame:
+    """A persisted frame's rows, its partitions concatenated in no particular order (tallies only)."""
+    if isinstance(frame.expr, Persisted):
+        from distributed import futures_of
+
+        futures = futures_of(frame)
+        parts = futures[0].client.gather(futures) if futures else []
+        return pd.concat(parts, ignore_index=True) if parts else frame._meta
+    return frame.compute()  # held in this process already
+
+
 def fused(*collections: Any) -> list[Any]:
     """The collections optimized together, each chain of per-partition steps fused into one task a
     partition, as a single DataFrame's own `optimize` (and so its `persist`) does. `dask.compute`,

@@ -22,9 +22,8 @@ import numpy as np
 
 from dedup.config import CLIENT_COMPONENT_EDGES
 from dedup.job.components import components_on_client, components_on_cluster
-from dedup.job.compute import compute
 from dedup.job.confirm import SIMILARITY_BINS, score_pairs
-from dedup.job.graphs import persist
+from dedup.job.graphs import persist, persist_counting
 from dedup.job.manifest import chained_warning
 from dedup.job.routing import ID_ROW_BYTES, ROWS_META, label_part, route, route_by, row_count
 from dedup.job.stage import Job, Step
@@ -78,6 +77,8 @@ def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
     settled: list[dd.DataFrame] = []
     graph_rows: int | None = job.graph_edges
     scored_first = below = rounds = 0
+    column = SURVIVOR_JACCARD if params.confirm == "exact" else SURVIVOR_ESTIMATE
+    hist = np.zeros(SIMILARITY_BINS, np.int64)
     while True:
         rounds += 1
         if rounds > MAX_ROUNDS:
@@ -88,28 +89,34 @@ def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
                                      meta=component_rows_meta(feat._meta["_id"], False, keep_meta,
                                                               root_doc=ROOT_DOC in feat.columns))
         by_label = route_by(labelled, partial(label_part, npartitions=k), k, members, ID_ROW_BYTES)
-        chosen = persist(by_label.map_partitions(survivors_of, first_indexed, keep, meta=CHOSEN_META))
+        chosen = by_label.map_partitions(survivors_of, first_indexed, keep, meta=CHOSEN_META)
         pairs = chosen.map_partitions(survivor_pairs, meta=ROUTED_META)
-        scored = persist(score_pairs(pairs, feat, texts, text_column=s.text_column, params=params, placement=placement,
-                                     rows=members))
-        settled.append(persist(dd.concat([chosen.map_partitions(survivor_rows, meta=PLACED_META),
-                                          scored.map_partitions(placed_members, centred, first_indexed,
-                                                                meta=PLACED_META)])))
-        lazy = [scored.map_partitions(below_threshold, first_indexed, meta={"scored": "int64", "below": "int64"})]
+        scored = score_pairs(pairs, feat, texts, text_column=s.text_column, params=params, placement=placement,
+                             rows=members)
+        rows = dd.concat([chosen.map_partitions(survivor_rows, meta=PLACED_META),
+                          scored.map_partitions(placed_members, centred, first_indexed, meta=PLACED_META)])
+        tallies = [scored.map_partitions(below_threshold, first_indexed, meta={"scored": "int64", "below": "int64"}),
+                   rows.map_partitions(histogram_of, column, SIMILARITY_BINS, first_indexed, meta={"hist": object})]
         if centred:
-            failed = persist(scored.map_partitions(failed_members, first_indexed, meta=DOCS_META))
-            lazy.append(failed.map_partitions(row_count, meta=ROWS_META))
-        b, *f = compute(*lazy)
+            failed = scored.map_partitions(failed_members, first_indexed, meta=DOCS_META)
+            tallies.append(failed.map_partitions(row_count, meta=ROWS_META))
+        # each step once, in one graph with its tallies (the rows settled in different rounds differ,
+        # so the histogram of them all is the sum of the rounds')
+        (placed_rows, *kept), (b, h, *f) = persist_counting([rows, *([failed] if centred else [])], tallies)
+        settled.append(placed_rows)
+        if len(h):
+            hist = hist + np.sum(np.stack(h["hist"].to_list()), axis=0)
         if rounds == 1:
             scored_first, below = int(b["scored"].sum()), int(b["below"].sum())
         if not centred or not int(f[0]["n"].sum()):
             break
+        (failed,) = kept
         # the graph's edges between failed members: kept at the right end's partition, then at the left's
         right = dd.map_partitions(edges_among, route(graph, "right", n, placement, graph_rows, 16), failed, "right",
                                   meta=graph._meta, align_dataframes=False)
-        graph = persist(dd.map_partitions(edges_among, route(right, "left", n, placement, graph_rows, 16), failed,
-                                          "left", meta=graph._meta, align_dataframes=False))
-        (e,) = compute(graph.map_partitions(row_count, meta=ROWS_META))
+        left = dd.map_partitions(edges_among, route(right, "left", n, placement, graph_rows, 16), failed, "left",
+                                 meta=graph._meta, align_dataframes=False)
+        (graph,), (e,) = persist_counting([left], [left.map_partitions(row_count, meta=ROWS_META)])
         graph_rows = int(e["n"].sum())
         if not graph_rows:  # every failed member is alone: a cluster of its own
             break
@@ -118,13 +125,9 @@ def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
                                           placement)
             placed = True
         else:
-            labels, _ = components_on_cluster(graph, s.npartitions or n)
+            labels, _ = components_on_cluster(graph, s.npartitions or n, graph_rows)
             placed = False
     final = persist(dd.concat(settled)) if len(settled) > 1 else settled[0]
-    column = SURVIVOR_JACCARD if params.confirm == "exact" else SURVIVOR_ESTIMATE
-    (h,) = compute(final.map_partitions(histogram_of, column, SIMILARITY_BINS, first_indexed,
-                                        meta={"hist": object}))
-    hist = np.sum(np.stack(h["hist"].to_list()), axis=0) if len(h) else np.zeros(SIMILARITY_BINS, np.int64)
     return final, SurvivorCounts(rounds=rounds, scored=scored_first, below=below, histogram=[int(x) for x in hist])
 
 
