@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import dask.dataframe as dd
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dedup.config import Params
+from dedup.job.checkpoints import Through, as_is
 from dedup.job.compute import compute
 from dedup.job.graphs import persist
 from dedup.job.manifest import bucket_warning
@@ -49,7 +51,7 @@ def _both(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, *, index_out: str | None = None,
-            layout: index_lookup.Layout | None = None, rows: int | None = None
+            layout: index_lookup.Layout | None = None, rows: int | None = None, through: Through = as_is
             ) -> tuple[dd.DataFrame, dd.DataFrame | None, BucketCounts]:
     """Bucket edges on the workers: the long form (band, key, doc) routed to the range of its key,
     every bucket turned into same-text, candidate or star edges. Persisted; counts approximated buckets.
@@ -86,7 +88,7 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     edges = combined.map_partitions(bucket_edges, params.max_bucket, first_indexed, meta=EDGE_META)
     writes = ranged.map_partitions(_write_band_part, index_out, meta={"bytes": "int64", "rows": "int64"}) \
         if index_out is not None else None
-    edges, idx_feat, writes = persist(edges, idx_feat, writes)  # one pass over the routed rows
+    edges, idx_feat, writes = persist(through("edges", edges), idx_feat, writes)  # one pass over the routed rows
     # one round trip for every count: the bucket sizes, the band files written, the indexed documents read
     lazy = {"sizes": edges.map_partitions(_approx_sizes, meta={"buckets": "int64", "largest": "int64", "edges": "int64"})}
     if writes is not None:
@@ -146,7 +148,8 @@ class Buckets(Step):
     def run(self, job: Job) -> str:
         s, report = job.settings, job.report
         job.edges, job.idx_feat, b = buckets(job.feat, s.params, s.npartitions, index_out=s.index_out,
-                                             layout=job.layout, rows=report.input_rows)
+                                             layout=job.layout, rows=report.input_rows,
+                                             through=partial(job.kept.through, self.name))
         report.approximated_buckets = b.approximated_buckets
         report.largest_approximated_bucket = b.largest_approximated_bucket
         report.index_bytes += b.index_band_bytes

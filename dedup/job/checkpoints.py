@@ -29,11 +29,21 @@ import pandas as pd
 import pyarrow as pa
 
 from dedup.job.compute import compute
+from dedup.job.graphs import persisted_from
 from dedup.job.plan import Report
 from dedup.storage import stamps
 from dedup.storage.staging import Staging
 
 log = logging.getLogger("dedup")
+
+Through = Callable[[str, dd.DataFrame], dd.DataFrame]
+"""A stage's kept frame, by name, with its parts written by its own tasks (`Checkpoints.through`)."""
+
+
+def as_is(name: str, frame: dd.DataFrame) -> dd.DataFrame:
+    """The `Through` of a job that keeps nothing: the frame itself."""
+    return frame
+
 
 STAGES_DIR = "_stages"
 DONE = "_done.json"
@@ -51,6 +61,8 @@ class Checkpoints:
         self.done: dict[str, dict[str, Any]] = {}
         self.first_run: str | None = None
         self.reused_stages: list[str] = []
+        self.through_names: dict[tuple[str, str], str] = {}
+        """(stage, frame) -> the name of the frame `through` returned: its parts are written by its own tasks."""
         if staging is None:
             return
         self.root = f"{staging.tmp}/{STAGES_DIR}"
@@ -151,6 +163,17 @@ class Checkpoints:
         with self.staging.fs.open(f"{self.root}/{stage}/{name}.pkl", "rb") as fh:
             return pickle.load(fh)
 
+    def through(self, stage: str, name: str, frame: dd.DataFrame) -> dd.DataFrame:
+        """`frame`, each of its partitions also written as the part `save` would keep for `stage`'s
+        frame `name`, by the task that computes it: persisted, it is kept without a round trip of
+        its own (`save` stamps the files). Without a staging directory, `frame` itself."""
+        if self.staging is None:
+            return frame
+        self.staging.fs.makedirs(f"{self.root}/{stage}/{name}", exist_ok=True)
+        out = frame.map_partitions(_write_through, self._part(stage, name, "{}"), meta=frame._meta)
+        self.through_names[(stage, name)] = out._name
+        return out
+
     def save(self, stage: str, report: Report, values: Mapping[str, Any] | None = None,
              frames: Mapping[str, dd.DataFrame | None] | None = None,
              tables: Mapping[str, pd.DataFrame | None] | None = None, written: Mapping[str, dd.DataFrame] | None = None
@@ -164,6 +187,10 @@ class Checkpoints:
         fs = self.staging.fs
         fs.makedirs(f"{self.root}/{stage}", exist_ok=True)
         kept = {name: f for name, f in (frames or {}).items() if f is not None}
+        # frames whose own tasks wrote their parts: those persisted from what `through` returned
+        written = {**(written or {}), **{name: f for name, f in kept.items()
+                                         if self.through_names.get((stage, name)) == persisted_from(f)}}
+        kept = {name: f for name, f in kept.items() if name not in written}
         files: dict[str, dict[str, Any]] = {}  # the stamp of every file kept, relative to the stages' root
 
         def put(name: str, value: Any) -> None:
@@ -228,6 +255,14 @@ def _write_part(frame: pd.DataFrame, pattern: str, partition_info: dict[str, Any
     fs, local = fsspec.core.url_to_fs(path)
     got = stamps.stamp(fs, local)
     return pd.DataFrame({"size": [got["size"]], "rows": [got["rows"]], "footer": [got["footer"]]})
+
+
+def _write_through(frame: pd.DataFrame, pattern: str, partition_info: dict[str, Any] | None = None
+                   ) -> pd.DataFrame:
+    """`frame`, once written as the part `pattern` names for its partition (`Checkpoints.through`)."""
+    assert partition_info is not None
+    write_part(frame, pattern.format(f"{partition_info['number']:06d}"))
+    return frame
 
 
 def _digest(blob: bytes) -> str:

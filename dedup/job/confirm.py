@@ -4,12 +4,14 @@ right document's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
 from dedup.config import Params
+from dedup.job.checkpoints import Through, as_is
 from dedup.job.compute import compute
 from dedup.job.graphs import persist
 from dedup.job.page_data import NEAR_PAIRS
@@ -49,7 +51,7 @@ SIMILARITY_BINS = 50
 
 def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str, params: Params,
             n_new: int | None = None, placement: keyspace.Placement = keyspace.OWN, edge_rows: int | None = None,
-            near_pairs: int = 0) -> tuple[dd.DataFrame, dd.DataFrame, ConfirmCounts]:
+            near_pairs: int = 0, through: Through = as_is) -> tuple[dd.DataFrame, dd.DataFrame, ConfirmCounts]:
     """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
     document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
     then to its right document's, where it is scored. Same-text edges of buckets travel the same
@@ -63,10 +65,10 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     on each side, in the same round trip as the counts (the page's)."""
     n_new = feat.npartitions if n_new is None else n_new
     routes = edges.map_partitions(confirm_routes, meta=ROUTED_META)
-    scored = persist(score_pairs(routes, feat, texts, text_column=text_column, params=params, placement=placement,
-                                 rows=edge_rows))
-    graph = persist(dd.map_partitions(graph_pairs, scored, feat, n_new, meta=GRAPH_META,
-                                      align_dataframes=False))
+    scored = persist(through("scored", score_pairs(routes, feat, texts, text_column=text_column, params=params,
+                                                   placement=placement, rows=edge_rows)))
+    graph = persist(through("graph", dd.map_partitions(graph_pairs, scored, feat, n_new, meta=GRAPH_META,
+                                                       align_dataframes=False)))
     column = "jaccard" if params.confirm == "exact" else "estimate"
     lazy = [scored.map_partitions(_tally, column, meta={"candidates": "int64", "confirmed": "int64",
                                                         "same": "int64", "hist": object}),
@@ -133,7 +135,8 @@ class Confirm(Step):
         s, report = job.settings, job.report
         job.graph, job.scored, conf = confirm(job.edges, job.feat_all, job.texts, text_column=s.text_column,
                                               params=s.params, n_new=job.feat.npartitions, placement=job.placement,
-                                              edge_rows=job.edge_rows, near_pairs=NEAR_PAIRS if s.details else 0)
+                                              edge_rows=job.edge_rows, near_pairs=NEAR_PAIRS if s.details else 0,
+                                              through=partial(job.kept.through, self.name))
         job.near_pairs = conf.near_threshold
         report.similarity_histogram = conf.similarity_histogram
         report.candidate_pairs, report.confirmed_pairs = conf.candidate_pairs, conf.confirmed_pairs

@@ -11,7 +11,7 @@ import pandas as pd
 
 from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
-from dedup.job.checkpoints import read_part
+from dedup.job.checkpoints import Through, as_is, read_part
 from dedup.job.compute import compute, shared
 from dedup.job.graphs import persist
 from dedup.job.ids import check_unique_ids, conflict_counts, existing_ids, id_conflicts
@@ -30,7 +30,8 @@ class FeatureCounts:
 
 
 def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
-             protected: ProtectedNgrams | None, features_dir: str | None) -> tuple[dd.DataFrame, dd.DataFrame]:
+             protected: ProtectedNgrams | None, features_dir: str | None, through: Through = as_is
+             ) -> tuple[dd.DataFrame, dd.DataFrame]:
     """Signatures, text hashes, keys and contamination per document, computed once (worker memory or
     disk), and their counts per partition (rows, contaminated, null_ids), lazy: computed with the
     next stage's (`FEATURE_COUNTS` sums them)."""
@@ -38,7 +39,7 @@ def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Par
     keep = ddf._meta[KEEP].dtype if KEEP in ddf.columns else None
     feat = ddf.map_partitions(document_features, id_column, text_column, params, prot,
                               meta=features_meta(params.num_perm, ddf._meta[id_column].dtype, keep))
-    feat = _materialise(feat, features_dir)
+    feat = persist(through("feat", feat)) if features_dir is None else _materialise(feat, features_dir)
     counts = feat.map_partitions(_feature_counts, meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
     return feat, counts
 
@@ -53,15 +54,10 @@ def feature_counts(c: pd.DataFrame) -> FeatureCounts:
     return FeatureCounts(**{k: int(c[k].sum()) for k in ("rows", "contaminated", "null_ids")})
 
 
-def _materialise(feat: dd.DataFrame, features_dir: str | None) -> dd.DataFrame:
-    """Compute the features once: kept in worker memory, or written to `features_dir` as Parquet.
-
-    On disk, each partition is one file read back as one partition (`from_map`), so the
-    features stay aligned with the input's partitions while worker memory holds only what a
-    task is working on.
-    """
-    if features_dir is None:
-        return persist(feat)
+def _materialise(feat: dd.DataFrame, features_dir: str) -> dd.DataFrame:
+    """Compute the features once, written to `features_dir` as Parquet: each partition is one file
+    read back as one partition (`from_map`), so the features stay aligned with the input's
+    partitions while worker memory holds only what a task is working on."""
     import fsspec
 
     n = feat.npartitions
@@ -86,7 +82,8 @@ class Features(Step):
     def run(self, job: Job) -> str:
         s, report = job.settings, job.report
         feat, lazy_counts = features(job.ddf, id_column=s.id_column, text_column=s.text_column, params=s.params,
-                                     protected=s.protected, features_dir=s.features_dir)
+                                     protected=s.protected, features_dir=s.features_dir,
+                                     through=partial(job.kept.through, self.name))
         conflicts, k, lazy_ids = id_conflicts(feat, s.npartitions, against=s.against, index_out=s.index_out,
                                               rows=s.rows)
         fc, ic, sample = compute(lazy_counts, *lazy_ids)

@@ -77,7 +77,24 @@ def persist(*collections: Any) -> Any:
             wait(futures)
     it = iter(out)
     got = tuple(None if c is None else _without_aliases(next(it)) for c in collections)
+    for c, g in zip(collections, got):
+        if c is not None and g is not None and isinstance(getattr(g, "expr", None), Expr):
+            _SOURCES[g.expr._name] = c.expr._name
+            while len(_SOURCES) > _SOURCES_KEPT:
+                _SOURCES.pop(next(iter(_SOURCES)))
     return got[0] if len(got) == 1 else got
+
+
+_SOURCES: dict[str, str] = {}
+"""The name of each persisted frame's expression before optimization, by the persisted frame's name
+(the last `_SOURCES_KEPT`): optimizing renames the expressions it fuses."""
+_SOURCES_KEPT = 1024
+
+
+def persisted_from(frame: Any) -> str:
+    """The name of the expression `frame` was persisted from (by `persist`), else its own name."""
+    name = frame.expr._name
+    return _SOURCES.get(name, name)
 
 
 def persist_counting(frames: Sequence[Any], counts: Sequence[Any]) -> tuple[tuple[Any, ...], list[pd.DataFrame]]:

@@ -12,6 +12,7 @@ import dask.dataframe as dd
 import pandas as pd
 
 from dedup.job import page_data
+from dedup.job.checkpoints import Through, as_is
 from dedup.job.compute import compute
 from dedup.job.graphs import persist
 from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
@@ -46,7 +47,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
           placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
           summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None,
           scored: dd.DataFrame | None = None, exact: bool = False, sizes: bool = False,
-          keep: str | None = None) -> tuple[dd.DataFrame, RootCounts]:
+          keep: str | None = None, through: Through = as_is) -> tuple[dd.DataFrame, RootCounts]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
     the counts.
 
@@ -95,7 +96,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
         by_component.map_partitions(own_documents, first_indexed, meta=root_meta)
     row_bytes = 2 * ID_ROW_BYTES + (ID_ROW_BYTES if scored is not None else 0)
     # persisted: the write uses them in two computations when an input file is split across partitions
-    return persist(route(own, "doc", n_new, rows=counts.members, row_bytes=row_bytes)), counts
+    return persist(through("roots", route(own, "doc", n_new, rows=counts.members, row_bytes=row_bytes))), counts
 
 
 class Roots(Step):
@@ -115,7 +116,7 @@ class Roots(Step):
                              placed=job.placed, edge_rows=job.graph_edges,
                              summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if s.details else None,
                              scored=job.scored if s.details else None, exact=s.params.confirm == "exact",
-                             sizes=s.cluster_size, keep=s.keep)
+                             sizes=s.cluster_size, keep=s.keep, through=partial(job.kept.through, self.name))
         report.clusters, report.largest_cluster = r.clusters, r.largest
         report.near_duplicates = r.duplicates
         report.near_duplicates_of_indexed = r.of_indexed

@@ -95,6 +95,8 @@ def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
                              rows=members)
         rows = dd.concat([chosen.map_partitions(survivor_rows, meta=PLACED_META),
                           scored.map_partitions(placed_members, centred, first_indexed, meta=PLACED_META)])
+        if not centred:  # the only round's rows are the stage's result, kept as they are computed
+            rows = job.kept.through(Survivors.name, "labels", rows)
         tallies = [scored.map_partitions(below_threshold, first_indexed, meta={"scored": "int64", "below": "int64"}),
                    rows.map_partitions(histogram_of, column, SIMILARITY_BINS, first_indexed, meta={"hist": object})]
         if centred:
@@ -127,7 +129,7 @@ def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
         else:
             labels, _ = components_on_cluster(graph, s.npartitions or n, graph_rows)
             placed = False
-    final = persist(dd.concat(settled)) if len(settled) > 1 else settled[0]
+    final = settled[0] if len(settled) == 1 else persist(job.kept.through(Survivors.name, "labels", dd.concat(settled)))
     return final, SurvivorCounts(rounds=rounds, scored=scored_first, below=below, histogram=[int(x) for x in hist])
 
 
