@@ -114,7 +114,7 @@ def test_small_routes_write_what_shuffles_write(client, tmp_path: Path, frame: p
 
 @pytest.mark.parametrize("where", ["sync", "cluster"])
 @pytest.mark.parametrize("npartitions", [1, 4])
-@pytest.mark.parametrize("how", ["small", "direct", "grouped"])
+@pytest.mark.parametrize("how", ["small", "small-pieces", "direct", "grouped"])
 def test_small_and_direct_routes_put_every_row_where_a_shuffle_does(request, where: str, npartitions: int,
                                                                     how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
@@ -135,8 +135,12 @@ def test_small_and_direct_routes_put_every_row_where_a_shuffle_does(request, whe
     if where == "cluster":
         request.getfixturevalue("client")
     with dask.config.set(LOCAL if where == "sync" else {}):
-        if how == "small":
+        if how.startswith("small"):  # each piece taken by the task using it, or (larger frames) a task of its own
+            if how == "small-pieces":
+                monkeypatch.setattr(routing, "INLINE_ROUTE_BYTES", 0)
             small = routing.route_by(ddf, dest, npartitions, rows=len(frame), row_bytes=16)
+            named = {str(k[0] if isinstance(k, tuple) else k).split("-")[0] for k in small.__dask_graph__()}
+            assert ("gathered" in named) == (how == "small-pieces") and ("piece" in named) == (how == "small")
         elif how == "grouped":  # two groups of destinations (a shuffle to 2 partitions), when 4 of them
             monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)
             monkeypatch.setattr(routing, "ROUTE_GROUP_BYTES", 5000)
@@ -150,6 +154,8 @@ def test_small_and_direct_routes_put_every_row_where_a_shuffle_does(request, whe
         shuffled = routing.route_by(ddf, dest, npartitions, ranges=True)
         assert small.npartitions == shuffled.npartitions == npartitions
         got, want = parts(small), parts(shuffled)
+        for i in range(npartitions):  # a selection of partitions holds those partitions' rows
+            assert parts(small.partitions[i]) == [got[i]]
     assert got == want
     assert sum(len(p) for p in got) == len(frame)
     assert all(doc % npartitions == part for part, rows in enumerate(got) for doc, _ in rows)

@@ -8,8 +8,8 @@ a round trip (docs/performance.md, Design choices).
   those tasks again: the job uses the features alone in five computations (80 alias tasks).
   `Persisted` names the results themselves, so a later graph holds no task for them at all.
 - `gathered`: a small frame's rows gathered by one task and cut into pieces, one per output
-  partition, with one task a partition; `dask.delayed(nout=)` with `dd.from_delayed` made three
-  (the piece, a container and the partition).
+  partition, with one task a partition (none for the smallest: the task using a piece takes it);
+  `dask.delayed(nout=)` with `dd.from_delayed` made three (the piece, a container and the partition).
 - `fused`: several collections computed or persisted together, each chain of per-partition steps
   one task a partition (Dask fuses the steps of one collection, not of several at once).
 - `exchanged`: rows moved between few partitions by plain tasks: each input partition cut into
@@ -35,8 +35,9 @@ from typing import Any
 import dask
 import dask.dataframe as dd
 import pandas as pd
+from dask._task_spec import Task, TaskRef
 from dask.dataframe.dask_expr import new_collection
-from dask.dataframe.dask_expr._expr import Expr
+from dask.dataframe.dask_expr._expr import Blockwise, Expr
 from dask.dataframe.dask_expr._shuffle import Shuffle
 from dask.dataframe.dask_expr.io.io import FromGraph
 
@@ -175,10 +176,60 @@ class Gathered(Expr):
         return dsk
 
 
+class Cut(Expr):
+    """One partition: `cut` applied to the list of `frame`'s partitions (the pieces `Piece` takes)."""
+
+    _parameters = ["frame", "cut", "meta"]
+
+    @functools.cached_property
+    def _meta(self) -> pd.DataFrame:
+        return self.operand("meta")
+
+    def _divisions(self) -> tuple:
+        return (None, None)
+
+    def _layer(self) -> dict:
+        parts = [(self.frame._name, j) for j in range(self.frame.npartitions)]
+        return {(self._name, 0): (self.operand("cut"), parts)}
+
+
+class Piece(Blockwise):
+    """Partition i is piece `which[i]` of a `Cut`: a step per partition, so that the optimizer fuses it
+    into the task that uses the piece, which then receives every piece. The piece numbers are a frame
+    of their own (`which`, partition i holding i), not the partition's index: Dask's optimizer takes
+    a selection of partitions (`.partitions[...]`) into the non-broadcast operands of a blockwise step."""
+
+    _parameters = ["cut", "which", "meta"]
+
+    @functools.cached_property
+    def _meta(self) -> pd.DataFrame:
+        return self.operand("meta")
+
+    def _divisions(self) -> tuple:
+        n = self.which.npartitions
+        return tuple(range(n)) + (n - 1,)
+
+    def _broadcast_dep(self, dep: Expr) -> bool:
+        return dep._name == self.cut._name
+
+    def _task(self, name: Any, index: int) -> Task:
+        which = 0 if self.which.npartitions == 1 else index  # (a single partition is broadcast when fused)
+        return Task(name, operator.getitem, TaskRef((self.cut._name, 0)), TaskRef((self.which._name, which)))
+
+
+def _number(i: int) -> int:
+    return i
+
+
 def gathered(frame: dd.DataFrame, cut: Callable[[Sequence[pd.DataFrame]], list[pd.DataFrame]], npartitions: int,
-             meta: pd.DataFrame) -> dd.DataFrame:
+             meta: pd.DataFrame, inline: bool = False) -> dd.DataFrame:
     """A frame of `npartitions` partitions (divisions 0 .. npartitions - 1): one task runs `cut` on the list
-    of `frame`'s partitions, and partition i is the i-th frame it returns."""
+    of `frame`'s partitions, and partition i is the i-th frame it returns. `inline`: each piece is
+    taken by the task that uses it (`Piece`), not by a task of its own: a task fewer a partition,
+    but every worker that uses a piece receives them all (for frames of a few MiB at most)."""
+    if inline:
+        which = dd.from_map(_number, range(npartitions), meta=meta, enforce_metadata=False, label="piece-number")
+        return new_collection(Piece(Cut(frame.expr, cut, meta), which.expr, meta))
     return new_collection(Gathered(frame.expr, cut, npartitions, meta))
 
 

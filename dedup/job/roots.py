@@ -12,7 +12,6 @@ import dask.dataframe as dd
 import pandas as pd
 
 from dedup.job import page_data
-from dedup.job.checkpoints import Through, as_is
 from dedup.job.compute import compute
 from dedup.job.graphs import persist
 from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
@@ -47,9 +46,10 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
           placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
           summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None,
           scored: dd.DataFrame | None = None, exact: bool = False, sizes: bool = False,
-          keep: str | None = None, through: Through = as_is) -> tuple[dd.DataFrame, RootCounts]:
-    """(doc, root, _id) for every clustered document, routed to its own partition for the write, and
-    the counts.
+          keep: str | None = None) -> tuple[dd.DataFrame, RootCounts]:
+    """(doc, root, _id) for every clustered document, routed to its own partition for the write (lazy:
+    `Roots` persists it, as the write uses it in two computations when an input file is split across
+    partitions), and the counts.
 
     The labels (smallest key of each component) go to their documents' partitions to collect
     ids, then are shuffled on the label so each component is in one partition, where its root,
@@ -95,8 +95,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     own = by_component if first_indexed >= keyspace.NO_INDEX else \
         by_component.map_partitions(own_documents, first_indexed, meta=root_meta)
     row_bytes = 2 * ID_ROW_BYTES + (ID_ROW_BYTES if scored is not None else 0)
-    # persisted: the write uses them in two computations when an input file is split across partitions
-    return persist(through("roots", route(own, "doc", n_new, rows=counts.members, row_bytes=row_bytes))), counts
+    return route(own, "doc", n_new, rows=counts.members, row_bytes=row_bytes), counts
 
 
 class Roots(Step):
@@ -112,11 +111,12 @@ class Roots(Step):
 
     def run(self, job: Job) -> str:
         s, report = job.settings, job.report
-        job.roots, r = roots(job.labels, job.feat_all, job.feat.npartitions, job.first_indexed, job.placement,
-                             placed=job.placed, edge_rows=job.graph_edges,
-                             summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if s.details else None,
-                             scored=job.scored if s.details else None, exact=s.params.confirm == "exact",
-                             sizes=s.cluster_size, keep=s.keep, through=partial(job.kept.through, self.name))
+        routed, r = roots(job.labels, job.feat_all, job.feat.npartitions, job.first_indexed, job.placement,
+                          placed=job.placed, edge_rows=job.graph_edges,
+                          summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if s.details else None,
+                          scored=job.scored if s.details else None, exact=s.params.confirm == "exact",
+                          sizes=s.cluster_size, keep=s.keep)
+        job.roots = persist(job.kept.through(self.name, "roots", routed))
         report.clusters, report.largest_cluster = r.clusters, r.largest
         report.near_duplicates = r.duplicates
         report.near_duplicates_of_indexed = r.of_indexed

@@ -23,6 +23,11 @@ instead of a shuffle, whose fixed cost (transfer tasks, barrier, unpack tasks) i
 of a small one (docs/performance.md, Design choices). A bound on bytes, not a share of the corpus:
 no task gathers much more than this, and larger frames keep the shuffle's parallelism."""
 
+INLINE_ROUTE_BYTES = 2**20
+"""A small route whose rows take at most about this many bytes hands each destination's piece to the
+task that uses it, not through a task of its own (a task fewer a partition, and a step less to wait
+for): that task's worker then receives every piece, which costs little only for a frame this small."""
+
 ROUTE_GROUP_BYTES = 64 * 2**20
 """A larger route whose rows are known shuffles to groups of about this many bytes (`route_grouped`):
 a shuffle cuts every input partition into a piece for every output partition, and the cost of those
@@ -59,7 +64,7 @@ def route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray],
     destination, as before, added three tasks a partition (a lookup of the destination in the
     divisions, the new index, a sort of every partition by it)."""
     if rows is not None and rows * row_bytes <= SMALL_ROUTE_BYTES:
-        return route_small(frame, part_of, npartitions)
+        return route_small(frame, part_of, npartitions, inline=rows * row_bytes <= INLINE_ROUTE_BYTES)
     if ranges and frame.npartitions * npartitions <= DIRECT_ROUTE_PIECES:
         return route_direct(frame, part_of, npartitions)
     if rows is not None:
@@ -134,10 +139,12 @@ def _cut_group(frame: pd.DataFrame, start: int, stop: int) -> list[pd.DataFrame]
 
 
 def route_small(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray],
-                npartitions: int) -> dd.DataFrame:
-    """`route_by` through one task: for frames small enough to gather (`SMALL_ROUTE_BYTES`)."""
+                npartitions: int, inline: bool = False) -> dd.DataFrame:
+    """`route_by` through one task: for frames small enough to gather (`SMALL_ROUTE_BYTES`). `inline`:
+    each destination's piece taken by the task that uses it (`graphs.gathered`; `INLINE_ROUTE_BYTES`)."""
     meta = frame._meta.reset_index(drop=True)
-    return gathered(frame, partial(_split_parts, part_of=part_of, npartitions=npartitions), npartitions, meta)
+    return gathered(frame, partial(_split_parts, part_of=part_of, npartitions=npartitions), npartitions, meta,
+                    inline)
 
 
 def route_direct(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray],
