@@ -36,6 +36,7 @@ import dask
 import dask.dataframe as dd
 import pandas as pd
 from dask._task_spec import Task, TaskRef
+from dask.base import tokenize
 from dask.dataframe.dask_expr import new_collection
 from dask.dataframe.dask_expr._expr import Blockwise, Expr
 from dask.dataframe.dask_expr._shuffle import Shuffle
@@ -154,7 +155,40 @@ def _without_aliases(collection: Any) -> Any:
     return new_collection(Persisted(*expr.operands))
 
 
-class Gathered(Expr):
+_TOKENS: dict[int, str] = {}
+"""The token of each operand object of the expressions below, by its id while it lives (`_token_of`)."""
+
+
+def _token_of(value: Any) -> Any:
+    """`value`'s token for an expression's name, computed once per object: the optimizer makes new
+    expressions each time it fuses steps, and tokenizing their metas and functions anew (pandas
+    frames, partials) was most of the client's time optimizing a small job's graphs."""
+    if isinstance(value, Expr):
+        return value._name
+    if value is None or isinstance(value, (int, str)):
+        return value
+    key = id(value)
+    token = _TOKENS.get(key)
+    if token is None:
+        token = tokenize(value)
+        try:
+            weakref.finalize(value, _TOKENS.pop, key, None)
+        except TypeError:  # an object without weak references: tokenized each time
+            return token
+        _TOKENS[key] = token
+    return token
+
+
+class _Named(Expr):
+    """An expression of ours, its name from its operands' tokens computed once each (`_token_of`)."""
+
+    def __dask_tokenize__(self) -> str:
+        if not self._determ_token:
+            self._determ_token = tokenize(type(self).__name__, *[_token_of(op) for op in self.operands])
+        return self._determ_token
+
+
+class Gathered(_Named):
     """Partition i holds piece i of `cut` applied to every partition of `frame` (one task)."""
 
     _parameters = ["frame", "cut", "npartitions", "meta"]
@@ -176,7 +210,7 @@ class Gathered(Expr):
         return dsk
 
 
-class Cut(Expr):
+class Cut(_Named):
     """One partition: `cut` applied to the list of `frame`'s partitions (the pieces `Piece` takes)."""
 
     _parameters = ["frame", "cut", "meta"]
@@ -193,7 +227,7 @@ class Cut(Expr):
         return {(self._name, 0): (self.operand("cut"), parts)}
 
 
-class Piece(Blockwise):
+class Piece(_Named, Blockwise):
     """Partition i is piece `which[i]` of a `Cut`: a step per partition, so that the optimizer fuses it
     into the task that uses the piece, which then receives every piece. The piece numbers are a frame
     of their own (`which`, partition i holding i), not the partition's index: Dask's optimizer takes
@@ -233,7 +267,7 @@ def gathered(frame: dd.DataFrame, cut: Callable[[Sequence[pd.DataFrame]], list[p
     return new_collection(Gathered(frame.expr, cut, npartitions, meta))
 
 
-class _Moved(Expr):
+class _Moved(_Named):
     """Rows moved into `npartitions` partitions of unknown divisions, with the `meta` given."""
 
     @functools.cached_property
