@@ -76,22 +76,32 @@ def _index_points_at_its_rows(out: Path) -> None:
         assert [ids[int(r)] for r in rows["row"]] == rows["id"].tolist()
 
 
+@pytest.fixture(scope="module")
+def many_files_output(skewed_frame: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The corpus written as files of 100 rows, and the output of a run on them (the same for every
+    example of the test below: run once)."""
+    tmp = tmp_path_factory.mktemp("many")
+    frame = _corpus(skewed_frame)
+    (tmp / "many").mkdir()
+    for i, lo in enumerate(range(0, len(frame), 100)):
+        frame.iloc[lo:lo + 100].to_parquet(tmp / "many" / f"part-{i:02d}.parquet", index=False)
+    run(str(tmp / "many"), str(tmp / "out-many"), params=PARAMS)
+    return tmp / "out-many"
+
+
 @settings(max_examples=4, deadline=None)
 @given(st.integers(20, 200), st.integers(60, 400))
 def test_one_file_split_by_row_groups_gives_what_many_files_give(skewed_frame: pd.DataFrame, tmp_path_factory,
-                                                                 group: int, bound: int) -> None:
+                                                                 many_files_output: Path, group: int,
+                                                                 bound: int) -> None:
     tmp = tmp_path_factory.mktemp("split")
     frame = _corpus(skewed_frame)
     (tmp / "one").mkdir()
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp / "one" / "all.parquet", row_group_size=group)
-    (tmp / "many").mkdir()
-    for i, lo in enumerate(range(0, len(frame), 100)):
-        frame.iloc[lo:lo + 100].to_parquet(tmp / "many" / f"part-{i:02d}.parquet", index=False)
     one = run(str(tmp / "one"), str(tmp / "out-one"), params=PARAMS, partition_rows=bound)
-    run(str(tmp / "many"), str(tmp / "out-many"), params=PARAMS)
     assert one["partitions"] >= -(-len(frame) // max(bound, group)) and one["input_files"] == 1
-    assert _rows(tmp / "out-one").equals(_rows(tmp / "out-many"))
-    pd.testing.assert_frame_equal(_removed(tmp / "out-one"), _removed(tmp / "out-many"))
+    assert _rows(tmp / "out-one").equals(_rows(many_files_output))
+    pd.testing.assert_frame_equal(_removed(tmp / "out-one"), _removed(many_files_output))
     # one output file, its rows in the input's order
     written = pq.read_table(tmp / "out-one" / "all.parquet")
     order = {i: n for n, i in enumerate(frame["id"])}
