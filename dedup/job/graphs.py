@@ -210,8 +210,9 @@ class Gathered(_Named):
         return dsk
 
 
-class Cut(_Named):
-    """One partition: `cut` applied to the list of `frame`'s partitions (the pieces `Piece` takes)."""
+class Pieces(_Named):
+    """One partition: `cut` applied to the list of `frame`'s partitions (the pieces `Piece` takes; its
+    key names it, `pieces-...`)."""
 
     _parameters = ["frame", "cut", "meta"]
 
@@ -228,7 +229,7 @@ class Cut(_Named):
 
 
 class Piece(_Named, Blockwise):
-    """Partition i is piece `which[i]` of a `Cut`: a step per partition, so that the optimizer fuses it
+    """Partition i is piece `which[i]` of a `Pieces`: a step per partition, so that the optimizer fuses it
     into the task that uses the piece, which then receives every piece. The piece numbers are a frame
     of their own (`which`, partition i holding i), not the partition's index: Dask's optimizer takes
     a selection of partitions (`.partitions[...]`) into the non-broadcast operands of a blockwise step."""
@@ -263,7 +264,7 @@ def gathered(frame: dd.DataFrame, cut: Callable[[Sequence[pd.DataFrame]], list[p
     but every worker that uses a piece receives them all (for frames of a few MiB at most)."""
     if inline:
         which = dd.from_map(_number, range(npartitions), meta=meta, enforce_metadata=False, label="piece-number")
-        return new_collection(Piece(Cut(frame.expr, cut, meta), which.expr, meta))
+        return new_collection(Piece(Pieces(frame.expr, cut, meta), which.expr, meta))
     return new_collection(Gathered(frame.expr, cut, npartitions, meta))
 
 
