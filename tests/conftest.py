@@ -94,11 +94,23 @@ def protected_file(tmp_path_factory: pytest.TempPathFactory, corpus: list[Corpus
     return path
 
 
+def fork_local_workers() -> None:
+    """Have this process's local clusters (the shared one, the faults tests') fork their worker
+    processes as `dedup run` has its own: from a process that loaded the job's modules and kernels
+    once (`dedup.runtime.start_forkserver`), where spawned workers each imported them (2 to 3
+    CPU-seconds a worker, and again for every worker a nanny starts after a kill)."""
+    from dedup.runtime import start_forkserver
+
+    if start_forkserver():
+        dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+
+
 @pytest.fixture(scope="session")
 def cluster_client() -> Iterator[object]:
     """A real multi-process Dask cluster (2 worker processes), shared by the integration tests."""
     from distributed import Client, LocalCluster
 
+    fork_local_workers()
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         yield client

@@ -20,7 +20,7 @@ import pytest
 from dedup.corpus import generate
 from dedup.job.failures import explain_killed_worker
 from dedup.job.pipeline import run
-from tests.conftest import end_process, run_command, start_command, wait_for_line, write_shards
+from tests.conftest import end_process, fork_local_workers, run_command, start_command, wait_for_line, write_shards
 from tests.warm import WarmChild
 
 
@@ -51,6 +51,7 @@ def killable() -> Iterator[Any]:
     the tests that kill one (each waits for both workers before it ends)."""
     from distributed import Client, LocalCluster
 
+    fork_local_workers()
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
             Client(lc) as client:
         yield client
