@@ -33,7 +33,7 @@ def test_memory_paused_workers_are_named_within_a_minute_then_fail_the_run(tmp_p
                              "127.0.0.1", "--memory-limit", "300MB", "--no-nanny", env=PAUSE_AT_ONCE) for _ in range(2)]
         started = time.monotonic()
         got = run_command([*DEDUP, "run", str(src), str(tmp_path / "out"), "--scheduler-file", str(sched),
-                          "--stall-timeout", "12"], timeout=240)
+                          "--stall-timeout", "6"], timeout=240)
         took = time.monotonic() - started
     finally:
         for p in procs[1:]:  # paused workers take long to close: nothing of theirs is needed
@@ -43,7 +43,7 @@ def test_memory_paused_workers_are_named_within_a_minute_then_fail_the_run(tmp_p
     warned = [line for line in got.stderr.splitlines() if " WARNING no progress for " in line]
     assert warned and "paused" in warned[0] and "memory limit" in warned[0], got.stderr
     last = got.stderr.strip().splitlines()[-1]
-    assert last.startswith("dedup: error: no progress for") and "paused" in last and "--stall-timeout 12" in last, last
+    assert last.startswith("dedup: error: no progress for") and "paused" in last and "--stall-timeout 6" in last, last
     assert "Traceback" not in got.stderr and took < 180
     assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir() if "dedup-tmp" in p.name] == []
 
