@@ -14,8 +14,7 @@ import pandas as pd
 
 from dedup.config import Params
 from dedup.job.checkpoints import Through, as_is
-from dedup.job.compute import compute
-from dedup.job.graphs import persist
+from dedup.job.graphs import persist, persist_counting
 from dedup.job.manifest import bucket_warning
 from dedup.job.routing import ROWS_META, route, route_ranges, row_count
 from dedup.job.stage import Job, Step
@@ -88,15 +87,17 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     edges = combined.map_partitions(bucket_edges, params.max_bucket, first_indexed, meta=EDGE_META)
     writes = ranged.map_partitions(_write_band_part, index_out, meta={"bytes": "int64", "rows": "int64"}) \
         if index_out is not None else None
-    edges, idx_feat, writes = persist(through("edges", edges), idx_feat, writes)  # one pass over the routed rows
-    # one round trip for every count: the bucket sizes, the band files written, the indexed documents read
+    edges = through("edges", edges)
+    # one pass over the routed rows, and one round trip for every count: the bucket sizes, the band
+    # files written, the indexed documents read
     lazy = {"sizes": edges.map_partitions(_approx_sizes, meta={"buckets": "int64", "largest": "int64", "edges": "int64"})}
     if writes is not None:
         lazy["writes"] = writes
     if idx_feat is not None:
         lazy["matched"] = idx_feat.map_partitions(row_count, meta=ROWS_META)
         lazy["stand_ins"] = idx_feat.map_partitions(stand_in_count, meta=ROWS_META)
-    got = dict(zip(lazy, compute(*lazy.values())))
+    (edges, idx_feat), tallies = persist_counting([edges, idx_feat], list(lazy.values()))
+    got = dict(zip(lazy, tallies))
     if idx_feat is not None and (named := int(got["stand_ins"]["n"].sum())):
         assert layout is not None
         idx_feat = _with_their_roots(idx_feat, layout, params, named)

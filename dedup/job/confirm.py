@@ -12,8 +12,7 @@ import pandas as pd
 
 from dedup.config import Params
 from dedup.job.checkpoints import Through, as_is
-from dedup.job.compute import compute
-from dedup.job.graphs import persist
+from dedup.job.graphs import persist, persist_counting
 from dedup.job.page_data import NEAR_PAIRS
 from dedup.job.routing import ROWS_META, route, row_count
 from dedup.job.stage import Job, Step
@@ -65,10 +64,10 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     on each side, in the same round trip as the counts (the page's)."""
     n_new = feat.npartitions if n_new is None else n_new
     routes = edges.map_partitions(confirm_routes, meta=ROUTED_META)
-    scored = persist(through("scored", score_pairs(routes, feat, texts, text_column=text_column, params=params,
-                                                   placement=placement, rows=edge_rows)))
-    graph = persist(through("graph", dd.map_partitions(graph_pairs, scored, feat, n_new, meta=GRAPH_META,
-                                                       align_dataframes=False)))
+    scored = through("scored", score_pairs(routes, feat, texts, text_column=text_column, params=params,
+                                           placement=placement, rows=edge_rows))
+    graph = through("graph", dd.map_partitions(graph_pairs, scored, feat, n_new, meta=GRAPH_META,
+                                               align_dataframes=False))
     column = "jaccard" if params.confirm == "exact" else "estimate"
     lazy = [scored.map_partitions(_tally, column, meta={"candidates": "int64", "confirmed": "int64",
                                                         "same": "int64", "hist": object}),
@@ -76,7 +75,7 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     if near_pairs:
         lazy.append(scored.map_partitions(nearest_threshold, column, params.threshold, near_pairs, n_new,
                                           meta=NEAR_META))
-    (c, s, *near) = compute(*lazy)
+    (scored, graph), (c, s, *near) = persist_counting([scored, graph], lazy)  # one round trip
     nearest = None
     if near:
         nearest = near[0].sort_values(["distance", "left", "right"], kind="stable").groupby(

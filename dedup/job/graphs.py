@@ -109,11 +109,10 @@ def persist_counting(frames: Sequence[Any], counts: Sequence[Any]) -> tuple[tupl
 
 
 def _rows_of(frame: Any) -> pd.DataFrame:
-    """A persisted frame's rows, its partitions concatenated in no particular order (tallies only)."""
+    """A persisted frame's rows, its partitions concatenated in order (as `compute` gives them)."""
     if isinstance(frame.expr, Persisted):
-        from distributed import futures_of
-
-        futures = futures_of(frame)
+        layer = frame.expr._layer()
+        futures = [layer[key] for key in frame.expr.operand("keys")]
         parts = futures[0].client.gather(futures) if futures else []
         return pd.concat(parts, ignore_index=True) if parts else frame._meta
     return frame.compute()  # held in this process already

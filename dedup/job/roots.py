@@ -12,8 +12,7 @@ import dask.dataframe as dd
 import pandas as pd
 
 from dedup.job import page_data
-from dedup.job.compute import compute
-from dedup.job.graphs import persist
+from dedup.job.graphs import persist, persist_counting
 from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
 from dedup.job.stage import Job, Step
 from dedup.partition import keyspace
@@ -82,14 +81,13 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     rows = None if edge_rows is None else (2 + (scored is not None)) * edge_rows  # and a pair row per edge
     row_bytes = ID_ROW_BYTES + (32 if scored is not None else 0)  # the text keys and a pair's columns
     by_label = route_by(labelled, partial(label_part, npartitions=k), k, rows, row_bytes)
-    by_component = persist(by_label.map_partitions(roots_of_components, first_indexed, exact, sizes, keep,
-                                                   meta=root_meta))
+    by_component = by_label.map_partitions(roots_of_components, first_indexed, exact, sizes, keep, meta=root_meta)
     lazy = [by_component.map_partitions(
         component_counts, first_indexed,
         meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64"})]
     if summary is not None:
         lazy.append(by_component.map_partitions(summary[0], meta=summary[1]))
-    c, *summarised = compute(*lazy)
+    (by_component,), (c, *summarised) = persist_counting([by_component], lazy)  # one round trip
     counts = RootCounts(**{k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")},
                         largest=int(c["largest"].max()), summary=summarised[0] if summarised else None)
     own = by_component if first_indexed >= keyspace.NO_INDEX else \
