@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 P = 2**31 - 1
@@ -42,6 +43,11 @@ def ref_char_shingles(text: str, k: int) -> set[str]:
 
 
 def ref_perm_params(num_perm: int, seed: int) -> list[tuple[int, int]]:
+    return list(_perm_params(num_perm, seed))
+
+
+@functools.lru_cache(maxsize=64)
+def _perm_params(num_perm: int, seed: int) -> tuple[tuple[int, int], ...]:
     state, inc = 0, (54 << 1) | 1
 
     def nxt() -> int:
@@ -67,13 +73,20 @@ def ref_perm_params(num_perm: int, seed: int) -> list[tuple[int, int]]:
         a = 1 + below(P - 1)
         b = below(P)
         out.append((a, b))
-    return out
+    return tuple(out)
 
 
 def ref_signature(text: str, k: int = 5, num_perm: int = 128, seed: int = 0, unit: str = "word") -> list[int]:
+    return list(_signature(text, k, num_perm, seed, unit))
+
+
+@functools.lru_cache(maxsize=65536)
+def _signature(text: str, k: int, num_perm: int, seed: int, unit: str) -> tuple[int, ...]:
+    """The reference signature, computed once per text and parameters (a pure function, and the
+    reference's slowest step: the centred tests ask it for the same texts again and again)."""
     sets = ref_char_shingles(text, k) if unit == "char" else ref_shingles(text, k)
     xs = [ref_fnv1a64(s.encode("utf-8")) % P for s in sets]
-    return [min(((a * x + b) % P for x in xs), default=P) for a, b in ref_perm_params(num_perm, seed)]
+    return tuple(min(((a * x + b) % P for x in xs), default=P) for a, b in _perm_params(num_perm, seed))
 
 
 def ref_clusters(ids: list[str], texts: list[str], *, mode: str, threshold: float, confirm: str, k: int = 5,

@@ -34,6 +34,12 @@ from numba.core.registry import cpu_target
 
 cpu_target.target_context  # and its compiler's registries, which loading a cached kernel needs
 dedup.report.page.plotting()
+# what the imports made is never garbage: kept out of every collection, in this process and in each
+# child (a child's collection would otherwise walk, and copy, every page of the heap it shares)
+import gc
+
+gc.collect()
+gc.freeze()
 if threading.active_count() != 1:  # a thread would not survive the fork: say so, and serve nothing
     sys.exit(f"warm dedup: {threading.active_count()} threads after the imports, cannot fork safely")
 out = os.fdopen(os.dup(1), "w")

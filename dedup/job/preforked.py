@@ -6,11 +6,16 @@ compiled kernels. Each worker forked from that process starts with them in memor
 importing and loading them itself (about 2 CPU-seconds a worker). A failure is swallowed here:
 a worker then loads what it needs in its preload (`dedup.runtime.dask_setup`), where an error
 is reported.
+
+What was loaded is then frozen (`gc.freeze`, as Python's documentation advises before forking
+without exec): a worker's garbage collections never walk these objects, and so never write to the
+memory pages it shares with the other workers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 
 with contextlib.suppress(Exception):
     import distributed  # noqa: F401
@@ -19,3 +24,6 @@ with contextlib.suppress(Exception):
     from dedup.partition.buckets import warm_kernels
 
     warm_kernels()
+
+gc.collect()
+gc.freeze()
