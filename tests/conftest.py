@@ -50,10 +50,25 @@ FAST_MODULES = frozenset({
 """The inner loop (`pytest -m fast`, about 40 s): the rule, the per-partition functions, the layers."""
 
 
+LONGEST_MODULES = ("test_scale_out", "test_resume", "test_centred", "test_faults", "test_fidelity",
+                   "test_incremental", "test_pipeline", "test_object_store", "test_keep_by", "test_cli",
+                   "test_report", "test_row_groups", "test_stalls", "test_small_promises", "test_paths")
+"""The modules that take longest on 2 cores, longest first: pytest-xdist hands out whole modules
+(`--dist loadfile`) in collection order (`--no-loadscope-reorder`, in pyproject.toml), so these are
+collected first and the short ones fill the end; in alphabetical order a 35-second module started
+last and one process waited 27 s for the other."""
+
+
+def _module(item: pytest.Item) -> str:
+    return item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in FAST_MODULES:
+        if _module(item) in FAST_MODULES:
             item.add_marker(pytest.mark.fast)
+    rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: rank.get(_module(item), len(rank)))  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
