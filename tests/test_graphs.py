@@ -8,6 +8,7 @@ import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+import pytest
 
 from dedup.job.compute import compute
 from dedup.job.graphs import Persisted, exchanged, fused, gathered, persist
@@ -86,11 +87,39 @@ def test_fused_passes_anything_but_a_frame_as_it_is() -> None:
     pd.testing.assert_frame_equal(got_frame.compute(scheduler="sync"), frame.compute(scheduler="sync"))
 
 
-def test_without_a_client_dask_persists_as_usual() -> None:
-    with dask.config.set(scheduler="sync"):
-        held = persist(_frame())
-        assert not isinstance(held.expr, Persisted)
-        pd.testing.assert_frame_equal(held.compute(), _frame().compute(scheduler="sync"))
+_CALLS: list[int] = []
+
+
+def _counted(d: pd.DataFrame) -> pd.DataFrame:
+    _CALLS.append(len(d))
+    return d
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+def test_without_a_client_the_results_are_held_here_and_never_hashed(scheduler: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from dask import tokenize as tokenize_module
+
+    frame = _frame().map_partitions(_counted)
+    want = frame.compute(scheduler="sync").assign(v=lambda d: d["v"] + 1)
+    _CALLS.clear()
+    with dask.config.set(scheduler=scheduler):
+        a, b = persist(frame, frame.map_partitions(_plus_one))
+        assert isinstance(a.expr, Persisted) and isinstance(b.expr, Persisted)
+        assert len(_CALLS) == 4  # what both use ran once a partition
+        graph = dict(a.__dask_graph__())
+        assert sorted(graph) == sorted(a.__dask_keys__()) and len(graph) == 4
+        assert all(isinstance(v, pd.DataFrame) for v in graph.values())
+        hashed: list[object] = []
+        real = tokenize_module.normalize_token.dispatch(pd.DataFrame)
+        monkeypatch.setitem(tokenize_module.normalize_token._lookup, pd.DataFrame,
+                            lambda d: hashed.append(d) or real(d))
+        got = a.map_partitions(_plus_one).compute()
+        assert not hashed  # a later expression's name never hashes the frames held
+        pd.testing.assert_frame_equal(got, want)
+        pd.testing.assert_frame_equal(b.compute(), want)
+        assert len(_CALLS) == 4  # and no computation ran their steps again
+        assert a.map_partitions(_plus_one)._name != frame.map_partitions(_plus_one)._name
 
 
 def _cut(parts: list[pd.DataFrame], n: int) -> list[pd.DataFrame]:
