@@ -145,3 +145,36 @@ def test_reading_rows_of_a_file_gives_those_rows(tmp_path: Path, start: int, sto
     got = reads.read_table(str(tmp_path / "f.parquet"), ["text"], start, stop)
     assert got.column("text").to_pylist() == [f"t{i}" for i in range(start, stop)]
     assert reads.read_table(str(tmp_path / "f.parquet"), None, start, stop).equals(table.slice(start, stop - start))
+
+
+@pytest.mark.parametrize("with_dictionary", [False, True])
+def test_parts_written_plain_join_to_the_same_bytes(tmp_path: Path, with_dictionary: bool) -> None:
+    """The parts of a split file are written plain when they can be (no dictionary column): the file
+    joined from them has the bytes of the file joined from parts written as whole files are, with the
+    column types corpora have."""
+    import fsspec
+
+    n = 300
+    columns = {
+        "id": pa.array([f"doc-{i}" if i % 17 else None for i in range(n)], pa.large_string()),
+        "text": pa.array([" ".join(f"w{(i * j) % 97}" for j in range(i % 40)) for i in range(n)], pa.large_string()),
+        "when": pa.array(pd.date_range("2024-01-01", periods=n, freq="h", tz="UTC")),
+        "tags": pa.array([[f"t{i % 5}"] * (i % 3) if i % 11 else None for i in range(n)], pa.list_(pa.string())),
+        "meta": pa.array([{"url": f"https://x/{i}", "score": i / 7} for i in range(n)],
+                         pa.struct([("url", pa.string()), ("score", pa.float64())])),
+    }
+    if with_dictionary:
+        columns["lang"] = pa.array([["en", "de", "fr"][i % 3] for i in range(n)]).dictionary_encode()
+    table = pa.table(columns)
+    fs = fsspec.filesystem("file")
+    joined = {}
+    for piece in (False, True):
+        parts = [str(tmp_path / f"part-{piece}-{k}.parquet") for k in range(3)]
+        for k, (lo, hi) in enumerate(((0, 100), (100, 230), (230, n))):
+            shards.write_shard(table.slice(lo, hi - lo), fs, parts[k], piece=piece)
+        compression = pq.ParquetFile(parts[0]).metadata.row_group(0).column(1).compression
+        assert (compression == "UNCOMPRESSED") == (piece and not with_dictionary)
+        assert shards.write_joined(fs, parts, str(tmp_path / f"joined-{piece}.parquet")) == n
+        joined[piece] = (tmp_path / f"joined-{piece}.parquet").read_bytes()
+    assert joined[True] == joined[False]
+    assert pq.read_table(tmp_path / "joined-True.parquet").equals(table)

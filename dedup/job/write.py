@@ -129,7 +129,8 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
             if size is not None:
                 table = table.append_column(pa.field(shards_mod.SIZE_COLUMN, pa.int64(), nullable=False),
                                             pa.array(size[offset:offset + n][k], type=pa.int64()))
-        shards_mod.write_shard(table, fs, f"{root}/{s.name}" if piece.whole else piece_path(root, s.name, piece))
+        shards_mod.write_shard(table, fs, f"{root}/{s.name}" if piece.whole else piece_path(root, s.name, piece),
+                               piece=not piece.whole)
         offset += n
         written += table.num_rows
     if offset != len(feat):
@@ -183,7 +184,7 @@ def write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.Data
         lo, hi = np.searchsorted(rows, [offset, offset + p.rows])
         part = table.slice(lo, hi - lo)
         name = f"{removed.REMOVED}/{p.shard.name}"
-        shards_mod.write_shard(part, fs, f"{root}/{name}" if p.whole else piece_path(root, name, p))
+        shards_mod.write_shard(part, fs, f"{root}/{name}" if p.whole else piece_path(root, name, p), piece=not p.whole)
         offset += p.rows
         written += part.num_rows
     return pd.DataFrame({"rows": [written]})
