@@ -11,6 +11,11 @@ every process's peak RSS (sampled every 0.1 s), seconds and documents per second
     python benchmarks/scale.py --docs 50000 200000      # a quick look
     python benchmarks/scale.py --docs 1000000 --modes client --job-args=--no-index
     python benchmarks/scale.py --docs 1000000 10000000 --modes client --memory-limit 2GiB   # memory-limited workers
+    python benchmarks/scale.py --docs 1000000 --modes client --baseline CHECKOUT   # beside an earlier build
+
+With `--baseline` (a checkout of an earlier commit, repeatable), each corpus is also run by that build,
+its client and its workers importing it (a cluster of its own, started the same way), interleaved
+with this one, and the table gives each run's time per document against this build's.
 """
 
 from __future__ import annotations
@@ -129,84 +134,107 @@ class Spill:
                                          if v >= 0.5}
 
 
+class Cluster:
+    """A `dask scheduler` and two `dask worker --preload dedup.runtime` processes (1 thread each), all
+    importing dedup from `tree` (None: this build), and the peak RSS of each, sampled from `watch()`."""
+
+    def __init__(self, work: Path, memory_limit: str, tree: Path | None) -> None:
+        dask = Path(sys.executable).parent / "dask"
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"PYTHONPATH": str(tree)} if tree else {})}
+        work.mkdir(parents=True, exist_ok=True)
+        self.sched_file = work / "scheduler.json"
+        self.sched_file.unlink(missing_ok=True)
+        self.procs = [subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                                        "--scheduler-file", str(self.sched_file)], env=self.env,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        while not self.sched_file.exists():
+            time.sleep(0.2)
+        for i in range(2):
+            self.procs.append(subprocess.Popen(
+                [str(dask), "worker", "--scheduler-file", str(self.sched_file), "--nthreads", "1",
+                 "--memory-limit", memory_limit, "--no-dashboard", "--host", "127.0.0.1", "--name", f"w{i}",
+                 "--local-directory", str(work / f"w{i}"), "--preload", "dedup.runtime"],
+                env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(5)
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            p.wait(timeout=60)
+
+
+def run_job(cluster: Cluster, corpus: Path, out: Path, mode: str, job_args: list[str]) -> dict:
+    """`dedup run --scheduler-file` on `cluster`, by the build the cluster imports; what it measured."""
+    peaks = [Peak(p.pid) for p in cluster.procs]
+    spill = Spill(cluster.sched_file)
+    t = time.perf_counter()
+    client = subprocess.Popen([sys.executable, "-m", "dedup", "run", str(corpus), str(out),
+                               "--scheduler-file", str(cluster.sched_file), "--components", mode, *job_args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster.env)
+    client_peak = Peak(client.pid)
+    _, err = client.communicate()
+    secs = time.perf_counter() - t
+    spilled, managed, prefixes = spill.stop()
+    if client.returncode:
+        raise SystemExit(f"dedup run failed:\n{err}")
+    m = json.loads((out / "_dedup.json").read_text())
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    return {"seconds": secs, "client": client_peak.stop(), "scheduler": peaks[0].stop(),
+            "workers": [p.stop() for p in peaks[1:]], "large_graph": err.count("Sending large graph"),
+            "dropped": m["near_duplicates_dropped"], "rounds": m.get("component_rounds", 0),
+            "on_disk": m["features_on_disk"], "partitions": m["partitions"], "stages": m["seconds"],
+            "paused": err.count("paused"), "spilled": spilled, "managed": managed, "prefixes": prefixes,
+            "candidates": m["candidate_pairs"], "confirmed": m["confirmed_pairs"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, nargs="+", default=[250_000, 2_000_000])
     ap.add_argument("--modes", nargs="+", default=["client", "distributed"])
     ap.add_argument("--memory-limit", default="8GiB", help="per worker (default: 8GiB)")
     ap.add_argument("--job-args", default="", help="extra arguments for dedup run, space separated (e.g. --job-args=--no-index)")
+    ap.add_argument("--baseline", type=Path, action="append", default=[],
+                    help="a checkout of an earlier commit, run on each corpus after this build (repeatable)")
     args = ap.parse_args()
-    dask = Path(sys.executable).parent / "dask"
     work = Path(tempfile.mkdtemp(prefix="dedup-scale-"))
-    sched_file = work / "scheduler.json"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                               "--scheduler-file", str(sched_file)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    builds: list[tuple[str, Path | None]] = [("this build", None)] + [(str(b), b.resolve()) for b in args.baseline]
     rows = []
-    try:
-        while not sched_file.exists():
-            time.sleep(0.2)
-        for i in range(2):
-            procs.append(subprocess.Popen([str(dask), "worker", "--scheduler-file", str(sched_file), "--nthreads", "1",
-                                           "--memory-limit", args.memory_limit, "--no-dashboard", "--host", "127.0.0.1",
-                                           "--name", f"w{i}", "--local-directory", str(work / f"w{i}"),
-                                           "--preload", "dedup.runtime"],
-                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(5)
-        for docs in args.docs:
-            corpus = work / f"corpus-{docs}"
-            t = time.perf_counter()
-            write_corpus(docs, corpus)
-            print(f"wrote {docs:,} documents in {time.perf_counter() - t:.0f} s", file=sys.stderr)
-            for mode in args.modes:
-                peaks = [Peak(p.pid) for p in procs]
-                spill = Spill(sched_file)
-                out = work / f"out-{docs}-{mode}"
-                t = time.perf_counter()
-                client = subprocess.Popen([sys.executable, "-m", "dedup", "run", str(corpus), str(out),
-                                           "--scheduler-file", str(sched_file), "--components", mode,
-                                           *args.job_args.split()],
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                client_peak = Peak(client.pid)
-                _, err = client.communicate()
-                secs = time.perf_counter() - t
-                spilled, managed, prefixes = spill.stop()
-                if client.returncode:
-                    raise SystemExit(f"dedup run failed:\n{err}")
-                m = json.loads((out / "_dedup.json").read_text())
-                rows.append({"docs": docs, "mode": mode, "seconds": secs, "client": client_peak.stop(),
-                             "scheduler": peaks[0].stop(), "workers": [p.stop() for p in peaks[1:]],
-                             "large_graph": err.count("Sending large graph"), "dropped": m["near_duplicates_dropped"],
-                             "rounds": m.get("component_rounds", 0), "on_disk": m["features_on_disk"],
-                             "partitions": m["partitions"], "stages": m["seconds"],
-                             "paused": err.count("paused"), "spilled": spilled, "managed": managed, "prefixes": prefixes,
-                             "candidates": m["candidate_pairs"], "confirmed": m["confirmed_pairs"]})
+    for docs in args.docs:
+        corpus = work / f"corpus-{docs}"
+        t = time.perf_counter()
+        write_corpus(docs, corpus)
+        print(f"wrote {docs:,} documents in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+        for mode in args.modes:
+            for name, tree in builds:  # interleaved: each build right after the other, on the same corpus
+                cluster = Cluster(work / "cluster", args.memory_limit, tree)
+                try:
+                    row = run_job(cluster, corpus, work / f"out-{docs}-{mode}", mode, args.job_args.split())
+                finally:
+                    cluster.close()
+                rows.append({"docs": docs, "mode": mode, "build": name, **row})
                 print(rows[-1], file=sys.stderr)
-                subprocess.run(["rm", "-rf", str(out)], check=True)
-            subprocess.run(["rm", "-rf", str(corpus)], check=True)
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=60)
+        subprocess.run(["rm", "-rf", str(corpus)], check=True)
     mib = 2**20
-    print("| documents | components | partitions | features | seconds | µs per document | docs/s | client peak (MiB) | "
-          "scheduler peak (MiB) | worker peaks (MiB) | near duplicates dropped | 'large graph' warnings |")
-    print("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    ours = {(r["docs"], r["mode"]): r["seconds"] for r in rows if r["build"] == "this build"}
+    print("| documents | build | components | partitions | features | seconds | µs per document | time / this build's "
+          "| docs/s | client peak (MiB) | scheduler peak (MiB) | worker peaks (MiB) | near duplicates dropped "
+          "| 'large graph' warnings |")
+    print("|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         mode = r["mode"] + (f" ({r['rounds']} rounds)" if r["rounds"] else "")
-        print(f"| {r['docs']:,} | {mode} | {r['partitions']} | {'disk' if r['on_disk'] else 'memory'} | "
-              f"{r['seconds']:.1f} | {r['seconds'] / r['docs'] * 1e6:.0f} | {r['docs'] / r['seconds']:,.0f} | "
-              f"{r['client'] / mib:,.0f} | {r['scheduler'] / mib:,.0f} | "
+        print(f"| {r['docs']:,} | {r['build']} | {mode} | {r['partitions']} | {'disk' if r['on_disk'] else 'memory'} | "
+              f"{r['seconds']:.1f} | {r['seconds'] / r['docs'] * 1e6:.1f} | {r['seconds'] / ours[(r['docs'], r['mode'])]:.2f} | "
+              f"{r['docs'] / r['seconds']:,.0f} | {r['client'] / mib:,.0f} | {r['scheduler'] / mib:,.0f} | "
               f"{' / '.join(f'{w / mib:,.0f}' for w in r['workers'])} | {r['dropped']:,} | {r['large_graph']} |")
     print("\nSeconds per stage (the manifest's), pairs, the most a worker held in managed memory and spilled "
-          "to disk, and log lines naming paused workers:\n")
+          "to disk, log lines naming paused workers, and the workers' seconds by task prefix:\n")
     for r in rows:
         stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
-        print(f"- {r['docs']:,} documents, {r['mode']}: {stages}; {r['candidates']:,} candidate and "
+        top = ", ".join(f"{k} {v:.1f}" for k, v in list(r["prefixes"].items())[:12])
+        print(f"- {r['docs']:,} documents, {r['build']}, {r['mode']}: {stages}; {r['candidates']:,} candidate and "
               f"{r['confirmed']:,} confirmed pairs; managed {r['managed'] / mib:,.0f} MiB, spilled "
-              f"{r['spilled'] / mib:,.0f} MiB; {r['paused']} line(s) on paused workers")
+              f"{r['spilled'] / mib:,.0f} MiB; {r['paused']} line(s) on paused workers; {top}")
 
 
 if __name__ == "__main__":

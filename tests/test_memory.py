@@ -61,3 +61,40 @@ def test_the_two_choices_exclude_each_other() -> None:
     res = run_dedup("run", "in", "out", "--features-on-disk", "--features-in-memory")
     assert res.returncode == 2
     assert "not allowed with argument" in res.stderr.strip().splitlines()[-1]
+
+
+def test_steps_that_never_read_signatures_read_the_features_from_disk_without_them(tmp_path) -> None:
+    from functools import partial
+
+    import dask.dataframe as dd
+    import numpy as np
+    import pandas as pd
+    from dask.dataframe.dask_expr.io.io import FromMapProjectable
+
+    from dedup.job.checkpoints import read_part
+    from dedup.job.features import without_signatures
+    from dedup.partition.features import SIG, features_meta, sig_payload
+
+    meta = features_meta(4, np.dtype(object))
+    paths = []
+    for p in range(2):
+        n = 5
+        pd.DataFrame({"_id": [f"d{p}-{i}" for i in range(n)], "doc": np.arange(n) + 100 * p,
+                      "tkey": np.arange(n, dtype=np.uint64), "tkey2": np.arange(n, dtype=np.uint64),
+                      "source": np.full(n, -1, np.int32), "source_gram": np.full(n, -1, np.int64),
+                      "skipped": np.zeros(n, bool), SIG: sig_payload(np.full((n, 4), p, np.uint32)).array,
+                      }).to_parquet(tmp_path / f"part-{p}.parquet", index=False)
+        paths.append(str(tmp_path / f"part-{p}.parquet"))
+    on_disk = dd.from_map(partial(read_part, like=meta), paths, meta=meta, enforce_metadata=False)
+
+    def read_columns(frame: dd.DataFrame) -> list[list[str]]:
+        step = frame.map_partitions(len, meta=(None, "int64"))
+        return [e.columns for e in step.expr.optimize(fuse=False).walk() if isinstance(e, FromMapProjectable)]
+
+    assert read_columns(on_disk) == [list(meta.columns)]
+    lean = without_signatures(on_disk)
+    assert read_columns(lean) == [[c for c in meta.columns if c != SIG]]
+    whole = on_disk.compute(scheduler="sync")
+    pd.testing.assert_frame_equal(lean.compute(scheduler="sync"), whole.drop(columns=[SIG]))
+    in_memory = dd.from_pandas(whole, npartitions=2)
+    assert without_signatures(in_memory) is in_memory  # a projection there would be a task a partition

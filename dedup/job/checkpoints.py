@@ -279,17 +279,21 @@ def write_part(frame: pd.DataFrame, path: str) -> None:
     io.write_atomic(path, lambda fh: pq.write_table(table, fh))
 
 
-def read_part(path: str, like: pd.DataFrame | None = None) -> pd.DataFrame:
-    """A file `write_part` wrote, with the dtypes of `like` (binary columns as Arrow's, as they were)."""
+def read_part(path: str, like: pd.DataFrame | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+    """A file `write_part` wrote, with the dtypes of `like` (binary columns as Arrow's, as they were).
+    `columns`: only those (Dask passes the columns a computation uses, `dd.from_map`'s projection), so
+    that a step reading the features from disk without their signatures reads a tenth of their bytes."""
     import fsspec
     import pyarrow.parquet as pq
 
     with fsspec.open(path, "rb") as fh:
-        table = pq.read_table(fh, use_threads=False)
+        table = pq.read_table(fh, columns=columns, use_threads=False)
     mapper = {pa.large_binary(): pd.ArrowDtype(pa.large_binary()), pa.binary(): pd.ArrowDtype(pa.binary())}.get
     frame = table.to_pandas(types_mapper=mapper, use_threads=False)
     if like is None:
         return frame
+    if columns is not None:
+        like = like[list(columns)]
     differ = {c: t for c, t in like.dtypes.items() if c in frame.columns and frame[c].dtype != t}
     return frame.astype(differ)[list(like.columns)] if differ else frame[list(like.columns)]
 

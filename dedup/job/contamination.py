@@ -13,6 +13,7 @@ import pandas as pd
 from dedup.core.decontam import ProtectedNgrams
 from dedup.core.text import encode_batch, texts_of
 from dedup.job.compute import compute, shared
+from dedup.job.features import without_signatures
 from dedup.job.manifest import contamination_guard, record_warning
 from dedup.job.stage import Job, Step
 from dedup.partition.features import first_per_record
@@ -51,7 +52,7 @@ def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgr
     lazy = [dd.map_partitions(_hit_counts, ddf, feat[["source"]], shared(protected), text_column, meta=meta,
                               align_dataframes=False)]
     if examples:
-        lazy.append(feat.map_partitions(first_per_record, meta=feat._meta[["source", "doc", "_id"]]))
+        lazy.append(without_signatures(feat).map_partitions(first_per_record, meta=feat._meta[["source", "doc", "_id"]]))
     hc, *first = compute(*lazy)
     agg = hc.groupby(["kind", "index"]).agg(documents=("documents", "sum"), gram=("gram", "min")).reset_index()
     files = agg[agg["kind"] == 1]

@@ -16,7 +16,7 @@ from dedup.job.compute import compute, shared
 from dedup.job.graphs import persist
 from dedup.job.ids import check_unique_ids, conflict_counts, existing_ids, id_conflicts
 from dedup.job.stage import Job, Step
-from dedup.partition.features import KEEP, document_features, features_meta
+from dedup.partition.features import KEEP, SIG, document_features, features_meta
 from dedup.storage import io
 
 
@@ -40,8 +40,25 @@ def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Par
     feat = ddf.map_partitions(document_features, id_column, text_column, params, prot,
                               meta=features_meta(params.num_perm, ddf._meta[id_column].dtype, keep))
     feat = persist(through("feat", feat)) if features_dir is None else _materialise(feat, features_dir)
-    counts = feat.map_partitions(_feature_counts, meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
+    counts = without_signatures(feat).map_partitions(
+        _feature_counts, meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
     return feat, counts
+
+
+def without_signatures(feat: dd.DataFrame) -> dd.DataFrame:
+    """`feat` without its signatures, for a step that never reads them, when the features are read from
+    disk (`_materialise`, or kept by an earlier run): Dask hands the columns a computation uses to the
+    read (`read_part`'s `columns`), which then skips the signatures, nine tenths of the bytes. As it
+    is when the features are held in memory: there a projection would be a task of its own a partition."""
+    from dask.dataframe.dask_expr._expr import ArrowStringConversion
+    from dask.dataframe.dask_expr.io.io import FromMapProjectable
+
+    expr = feat.expr
+    while isinstance(expr, ArrowStringConversion):
+        expr = expr.frame
+    if not isinstance(expr, FromMapProjectable) or SIG not in feat.columns:
+        return feat
+    return feat[[c for c in feat.columns if c != SIG]]
 
 
 def _feature_counts(f: pd.DataFrame) -> pd.DataFrame:
@@ -84,7 +101,7 @@ class Features(Step):
         feat, lazy_counts = features(job.ddf, id_column=s.id_column, text_column=s.text_column, params=s.params,
                                      protected=s.protected, features_dir=s.features_dir,
                                      through=partial(job.kept.through, self.name))
-        conflicts, k, lazy_ids = id_conflicts(feat, s.npartitions, against=s.against, index_out=s.index_out,
+        conflicts, k, lazy_ids = id_conflicts(without_signatures(feat), s.npartitions, against=s.against, index_out=s.index_out,
                                               rows=s.rows)
         fc, ic, sample = compute(lazy_counts, *lazy_ids)
         c = feature_counts(fc)

@@ -17,6 +17,7 @@ from dedup.job.analysis import ORDER, WRITE, analyse
 from dedup.job.checkpoints import Checkpoints, resumable
 from dedup.job.compute import compute, shared
 from dedup.job.failures import explain_killed_worker
+from dedup.job.features import without_signatures
 from dedup.job.plan import Plan, Stage
 from dedup.job.stage import Settings
 from dedup.partition.features import KEEP
@@ -66,7 +67,7 @@ def write_outputs(plan: Plan) -> report_page.Extras:
         split = write.split_files(groups)
         offsets = None
         if split and write_index:  # where each piece of a split file starts in it, for the index
-            (counts,) = compute(dd.map_partitions(write.kept_counts, decided.feat, decided.roots, inputs,
+            (counts,) = compute(dd.map_partitions(write.kept_counts, without_signatures(decided.feat), decided.roots, inputs,
                                                   plan.drop and plan.near, align_dataframes=False,
                                                   meta={"partition": "int64", "piece": "int64", "kept": "int64"}))
             offsets = shared(write.row_offsets(groups, counts))

@@ -12,6 +12,7 @@ import dask.dataframe as dd
 import pandas as pd
 
 from dedup.job import page_data
+from dedup.job.features import without_signatures
 from dedup.job.graphs import persist, persist_counting
 from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
 from dedup.job.stage import Job, Step
@@ -71,7 +72,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     members = 2 * edge_rows if edge_rows is not None else None
     at_docs = labels if placed else route(labels, "doc", n, placement, members, 16)
     to_survivor = SURVIVOR_ESTIMATE in labels.columns
-    labelled = dd.map_partitions(with_ids, at_docs, feat, *([scored] if scored is not None else []),
+    labelled = dd.map_partitions(with_ids, at_docs, without_signatures(feat), *([scored] if scored is not None else []),
                                  meta=component_rows_meta(id_meta, scored is not None,
                                                           feat._meta[KEEP] if KEEP in feat.columns else None,
                                                           to_survivor, ROOT_DOC in feat.columns),
