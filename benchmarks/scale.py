@@ -142,10 +142,11 @@ class Cluster:
         dask = Path(sys.executable).parent / "dask"
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"PYTHONPATH": str(tree)} if tree else {})}
         work.mkdir(parents=True, exist_ok=True)
+        self.work = work
         self.sched_file = work / "scheduler.json"
         self.sched_file.unlink(missing_ok=True)
         self.procs = [subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                                        "--scheduler-file", str(self.sched_file)], env=self.env,
+                                        "--scheduler-file", str(self.sched_file)], env=self.env, cwd=work,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
         while not self.sched_file.exists():
             time.sleep(0.2)
@@ -154,12 +155,23 @@ class Cluster:
                 [str(dask), "worker", "--scheduler-file", str(self.sched_file), "--nthreads", "1",
                  "--memory-limit", memory_limit, "--no-dashboard", "--host", "127.0.0.1", "--name", f"w{i}",
                  "--local-directory", str(work / f"w{i}"), "--preload", "dedup.runtime"],
-                env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                env=self.env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(5)
 
     def close(self) -> None:
+        """Stop the processes and every process they started (a nanny's worker): one left running could
+        reconnect to the next cluster's scheduler, should that take the same port."""
+        family = [psutil.Process(p.pid) for p in self.procs]
+        for p in list(family):
+            try:
+                family += p.children(recursive=True)
+            except psutil.Error:
+                pass
         for p in reversed(self.procs):
             p.terminate()
+        _, alive = psutil.wait_procs(family, timeout=60)
+        for p in alive:
+            p.kill()
         for p in self.procs:
             p.wait(timeout=60)
 
@@ -171,7 +183,8 @@ def run_job(cluster: Cluster, corpus: Path, out: Path, mode: str, job_args: list
     t = time.perf_counter()
     client = subprocess.Popen([sys.executable, "-m", "dedup", "run", str(corpus), str(out),
                                "--scheduler-file", str(cluster.sched_file), "--components", mode, *job_args],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster.env)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster.env,
+                              cwd=cluster.work)  # not the caller's: `-m` puts the current directory first on sys.path
     client_peak = Peak(client.pid)
     _, err = client.communicate()
     secs = time.perf_counter() - t
@@ -188,6 +201,12 @@ def run_job(cluster: Cluster, corpus: Path, out: Path, mode: str, job_args: list
             "candidates": m["candidate_pairs"], "confirmed": m["confirmed_pairs"]}
 
 
+def _commit(checkout: Path) -> str:
+    """The checkout's commit, short (its folder's name if it is not a git checkout)."""
+    got = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return got.stdout.strip() if got.returncode == 0 else checkout.name
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, nargs="+", default=[250_000, 2_000_000])
@@ -198,8 +217,9 @@ def main() -> None:
                     help="a checkout of an earlier commit, run on each corpus after this build (repeatable)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dedup-scale-"))
-    builds: list[tuple[str, Path | None]] = [("this build", None)] + [(str(b), b.resolve()) for b in args.baseline]
+    builds: list[tuple[str, Path | None]] = [("this build", None)] + [(_commit(b), b.resolve()) for b in args.baseline]
     rows = []
+    clusters = 0
     for docs in args.docs:
         corpus = work / f"corpus-{docs}"
         t = time.perf_counter()
@@ -207,7 +227,8 @@ def main() -> None:
         print(f"wrote {docs:,} documents in {time.perf_counter() - t:.0f} s", file=sys.stderr)
         for mode in args.modes:
             for name, tree in builds:  # interleaved: each build right after the other, on the same corpus
-                cluster = Cluster(work / "cluster", args.memory_limit, tree)
+                clusters += 1  # each in a directory of its own: nothing a stopped one left behind is shared
+                cluster = Cluster(work / f"cluster-{clusters}", args.memory_limit, tree)
                 try:
                     row = run_job(cluster, corpus, work / f"out-{docs}-{mode}", mode, args.job_args.split())
                 finally:
