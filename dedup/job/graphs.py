@@ -136,7 +136,8 @@ def _held_here(given: list[Any]) -> list[Any] | None:
     expr = collections_to_expr(list(given)).optimize()
     assert isinstance(expr, _ExprSequence) and len(expr.operands) == len(given)
     keys = [list(flatten(k)) for k in expr.__dask_keys__()]
-    results = dict(zip([k for ks in keys for k in ks], schedule(expr, [k for ks in keys for k in ks])))
+    every = [k for ks in keys for k in ks]
+    results = dict(zip(every, schedule(expr, every)))
     return [new_collection(Persisted({k: results[k] for k in ks}, c._meta, c.divisions, ks, "persisted"))
             for c, ks in zip(given, keys)]
 
