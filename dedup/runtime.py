@@ -328,13 +328,16 @@ def _load_kernels_quietly() -> None:
 def dask_setup(worker: Any) -> None:
     """Worker preload (local clusters use it; `dask worker --preload dedup.runtime` on your own):
     Arrow memory from jemalloc (`arrow_memory_pool`), then the modules the tasks
-    come from and the compiled kernels, loaded before the worker takes tasks. A failure here is
-    only logged: the first task that needs the module then raises it where the user sees it."""
+    come from, frames sized by their arrays (`dedup.job.frame_size`) and the compiled kernels,
+    loaded before the worker takes tasks. A failure here is only logged: the first task that needs
+    the module then raises it where the user sees it."""
     try:
         arrow_memory_pool()
         import dedup.job.pipeline  # noqa: F401  (the tasks' functions live there and in its imports)
+        from dedup.job import frame_size
         from dedup.partition.buckets import warm_kernels
 
+        frame_size.register()
         warm_kernels()
     except Exception as exc:  # pragma: no cover - the task that needs it reports the error
         log.warning("worker preload failed: %s", exc)

@@ -21,8 +21,10 @@ with contextlib.suppress(Exception):
     import distributed  # noqa: F401
 
     import dedup.job.pipeline  # noqa: F401
+    from dedup.job import frame_size
     from dedup.partition.buckets import warm_kernels
 
+    frame_size.register()
     warm_kernels()
 
 gc.collect()
