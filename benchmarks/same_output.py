@@ -8,7 +8,8 @@ a corpus of typed and nested columns (timestamps, lists, structs, maps, decimals
 directories; and a second crawl run `--against` the §7 output. Every Parquet file (the shards,
 `_report/removed.parquet`, `_index/`) must be identical; of the JSON files, the fields that name
 a run (its token, timings, versions, the stamps and checksum of index format 4) are left out.
-Each build runs as `python -m dedup` with its own checkout first on PYTHONPATH, on 2 local workers.
+Each build runs as `python -m dedup` with its own checkout first on PYTHONPATH, on 2 local workers,
+with the same `--partition-rows` (the index is laid out by partition).
 """
 
 from __future__ import annotations
@@ -77,9 +78,10 @@ def _jobs(work: Path, docs: int) -> list[tuple[str, list[str]]]:
             ("against", ["run", str(work / "second"), "--against", "{corpus}"])]
 
 
-def _run(build: Path, args: list[str], out: Path) -> None:
+def _run(build: Path, args: list[str], out: Path, partition_rows: int) -> None:
     env = {**os.environ, "PYTHONPATH": str(build)}
-    subprocess.run([sys.executable, "-m", "dedup", *args, str(out), "--n-workers", "2"], check=True, env=env,
+    subprocess.run([sys.executable, "-m", "dedup", *args, str(out), "--n-workers", "2", "--partition-rows",
+                    str(partition_rows)], check=True, env=env,
                    cwd=out.parent, capture_output=True, text=True)
 
 
@@ -107,6 +109,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", type=Path, required=True, help="a checkout of the build to compare with")
     ap.add_argument("--docs", type=int, default=200_000, help="documents of the §7 corpus (default 200,000)")
+    ap.add_argument("--partition-rows", type=int, default=25_000,
+                    help="the rows bound both builds run with (default 25,000, the default of builds before it "
+                         "became 65,536): the index is laid out by partition, so two builds compare file for file "
+                         "at the same bound; the shards and the removed list are the same at any bound")
     args = ap.parse_args()
     this = Path(__file__).resolve().parent.parent
     differ = 0
@@ -117,7 +123,7 @@ def main() -> int:
             (work / build_name).mkdir()
             for name, job in jobs:
                 job = [a.replace("{corpus}", str(work / build_name / "corpus")) for a in job]
-                _run(build, job, work / build_name / name)
+                _run(build, job, work / build_name / name, args.partition_rows)
         for name, _ in jobs:
             a, b = tree(work / "baseline" / name), tree(work / "this" / name)
             same = [k for k in a if a[k] == b.get(k)]

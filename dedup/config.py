@@ -15,9 +15,13 @@ SHINGLE_UNITS = ("word", "char")
 """What a shingle is made of: consecutive words, or consecutive characters of the normalised text."""
 DEFAULT_SHINGLE_SIZE = {"word": 5, "char": 5}
 """shingle_size when none is given, per shingle unit."""
-PARTITION_ROWS = 25_000
+PARTITION_ROWS = 65_536
 """Consecutive small shards are read together until a partition holds this many rows (or
-`dedup.storage.shards.PARTITION_BYTES`); `--partition-rows` chooses another bound."""
+`dedup.storage.shards.PARTITION_BYTES`); `--partition-rows` chooses another bound. A partition's
+features are then about 40 MB. At 25,000, a shard of 50,000 rows was two partitions written as
+parts and joined, a row group of 62,500 was decoded about twice (in three row ranges), and a
+shuffle between twice as many partitions moved four times as many pieces (docs/performance.md,
+Partition size)."""
 COMPONENT_MODES = ("auto", "client", "distributed")
 CLIENT_COMPONENT_EDGES = 20_000_000
 """`components="auto"` joins the confirmed edges on the client up to this many (16 bytes each there,
