@@ -48,6 +48,18 @@ def test_pieces_cover_the_file_in_order_within_the_bounds(group_rows: list[int],
     assert all(sum(p.rows for p in g) <= rows or len(g) == 1 for g in groups)
 
 
+def test_the_default_bound_reads_common_shard_shapes_whole() -> None:
+    """By default a shard of 50,000 documents in two row groups, or of one row group of 62,500, is one
+    partition read whole (no row ranges decoded from the group's start, no parts to join); one of
+    100,000 in one row group is two row ranges."""
+    for groups in ([25_000, 25_000], [62_500]):
+        shard = _shard(groups, [20 * 2**20] * len(groups))
+        assert shards.pieces_of(shard) == [shards.Piece(shard, 0, shard.rows)]
+        assert shards.partitions([shard, shard]) == [[shards.Piece(shard, 0, shard.rows)]] * 2
+    big = _shard([100_000], [40 * 2**20])
+    assert [(p.start, p.stop) for p in shards.pieces_of(big)] == [(0, 50_000), (50_000, 100_000)]
+
+
 def _corpus(frame: pd.DataFrame) -> pd.DataFrame:
     out = frame[["id", "text"]].copy()
     out["when"] = pd.to_datetime("2024-01-01") + pd.to_timedelta(np.arange(len(out)), unit="min")
