@@ -3,8 +3,8 @@
 A worker sizes each result it keeps, to decide when to spill. Dask's own estimate for a DataFrame
 builds a Series for every column and samples the column names as Python objects: about 120 µs for
 a frame of four integer columns, 210 µs for a features frame of eight, where adding up the bytes
-of its arrays takes 7 and 16. On the suite's small jobs that was a sixth of the workers' CPU (py-spy,
-`--gil`). Frames holding Python objects keep Dask's estimate, which samples them.
+of its arrays takes 7 and 16: on a small job, about 6% of the workers' CPU (docs/performance.md,
+Design choices). Frames holding Python objects keep Dask's estimate, which samples them.
 """
 
 from __future__ import annotations
