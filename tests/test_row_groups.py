@@ -49,15 +49,19 @@ def test_pieces_cover_the_file_in_order_within_the_bounds(group_rows: list[int],
 
 
 def test_the_default_bound_reads_common_shard_shapes_whole() -> None:
-    """By default a shard of 50,000 documents in two row groups, or of one row group of 62,500, is one
-    partition read whole (no row ranges decoded from the group's start, no parts to join); one of
-    100,000 in one row group is two row ranges."""
-    for groups in ([25_000, 25_000], [62_500]):
-        shard = _shard(groups, [20 * 2**20] * len(groups))
+    """By default a shard of 50,000 documents in two row groups, of one row group of 62,500 (of short
+    texts, or of 1,200-byte ones: 75 MB), or of one 128 MiB row group (parquet-mr's) of long texts is
+    one partition read whole (no row ranges decoded from the group's start, no parts to join); one
+    of 100,000 short texts, or of 200 MiB, in one row group is two row ranges."""
+    for groups, nbytes in (([25_000, 25_000], 20 * 2**20), ([62_500], 20 * 2**20), ([62_500], 75_000_000),
+                           ([13_000], 128 * 2**20)):
+        shard = _shard(groups, [nbytes] * len(groups))
         assert shards.pieces_of(shard) == [shards.Piece(shard, 0, shard.rows)]
         assert shards.partitions([shard, shard]) == [[shards.Piece(shard, 0, shard.rows)]] * 2
-    big = _shard([100_000], [40 * 2**20])
-    assert [(p.start, p.stop) for p in shards.pieces_of(big)] == [(0, 50_000), (50_000, 100_000)]
+    for groups, nbytes in (([100_000], 40 * 2**20), ([20_000], 200 * 2**20)):
+        big = _shard(groups, [nbytes])
+        half = groups[0] // 2
+        assert [(p.start, p.stop) for p in shards.pieces_of(big)] == [(0, half), (half, groups[0])]
 
 
 def _corpus(frame: pd.DataFrame) -> pd.DataFrame:

@@ -30,10 +30,14 @@ from dedup.storage.safety import UsageError, is_url
 CLUSTER_COLUMN = "minhash_cluster"
 SIZE_COLUMN = "minhash_cluster_size"
 """With `--cluster-size`: how many input documents each kept row's cluster holds (docs/contract.md)."""
-PARTITION_BYTES = 64 * 2**20
+PARTITION_BYTES = 128 * 2**20
 """... or this many uncompressed bytes (`PARTITION_ROWS`, in `dedup.config`, bounds the rows); a larger
 file is split into pieces of whole row groups within both bounds, and a row group above them into
-row ranges read in record batches (`Piece`)."""
+row ranges read in record batches (`Piece`). 128 MiB is the row group parquet-mr writes (Spark's
+and Hive's `parquet.block.size`) and Spark's `maxPartitionBytes`: such a group is read whole. At
+64 MiB, a row group of 62,500 documents of about 1,200 bytes (75 MB) was cut into two row ranges
+and decoded 1.5 times: 1,000,000 documents took 87 CPU-seconds against 76 (docs/performance.md,
+Partition size)."""
 
 
 @dataclass(frozen=True)
