@@ -173,10 +173,13 @@ def _working_children() -> list[psutil.Process]:
 
 def quiet(settle: float = 2.0, timeout: float = 60.0) -> None:
     """Wait until this process has no working children left (a closed cluster's workers exit
-    asynchronously) and the machine has had `settle` seconds to itself."""
+    asynchronously), the files written so far are on disk (the corpus just written, or the last
+    tool's output: its writeback would otherwise run during the next tool's run) and the machine
+    has had `settle` seconds to itself."""
     import gc
 
     gc.collect()
+    os.sync()
     deadline = time.monotonic() + timeout
     while _working_children() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -48,6 +48,45 @@ def test_pieces_cover_the_file_in_order_within_the_bounds(group_rows: list[int],
     assert all(sum(p.rows for p in g) <= rows or len(g) == 1 for g in groups)
 
 
+def _filled(pieces: list[shards.Piece], rows: int, nbytes: int) -> list[list[shards.Piece]]:
+    """The plain reading: consecutive pieces, each partition filled up to the bounds."""
+    groups: list[list[shards.Piece]] = []
+    for p in pieces:
+        size = p.shard.nbytes * p.rows // max(p.shard.rows, 1)
+        g = groups[-1] if groups else None
+        if g is None or (sum(q.rows for q in g) + p.rows > rows or
+                         sum(q.shard.nbytes * q.rows // max(q.shard.rows, 1) for q in g) + size > nbytes):
+            groups.append([p])
+        else:
+            g.append(p)
+    return groups
+
+
+@given(st.lists(st.tuples(st.integers(1, 300), st.integers(1, 3)), min_size=1, max_size=25), st.integers(1, 400),
+       st.integers(50, 8000))
+def test_partitions_are_the_fewest_and_even(files: list[tuple[int, int]], rows: int, nbytes: int) -> None:
+    """As many partitions as filling each up to the bounds makes, every one within the bounds, the
+    pieces in order, and none larger than the largest of the filled ones."""
+    found = [_shard([r] * g) for r, g in files]
+    pieces = [p for s in found for p in shards.pieces_of(s, rows=rows, nbytes=nbytes)]
+    groups = shards.partitions(found, rows=rows, nbytes=nbytes)
+    filled = _filled(pieces, rows, nbytes)
+    assert [p for g in groups for p in g] == pieces
+    assert len(groups) == len(filled)
+    assert all(len(g) == 1 or (sum(p.rows for p in g) <= rows and 10 * sum(p.rows for p in g) <= nbytes)
+               for g in groups)
+    assert max(sum(p.rows for p in g) for g in groups) <= max(sum(p.rows for p in g) for g in filled)
+
+
+def test_shards_of_a_quarter_of_the_bound_make_even_partitions() -> None:
+    """16 shards of 12,750 rows (the whole-job benchmark's 204,000 documents) make four partitions
+    of four shards for two workers, not three of five and one of one."""
+    found = [_shard([12_750]) for _ in range(16)]
+    assert [len(g) for g in shards.partitions(found)] == [4, 4, 4, 4]
+    assert [len(g) for g in _filled([p for s in found for p in shards.pieces_of(s)], 65_536, 128 * 2**20)] == \
+        [5, 5, 5, 1]
+
+
 def test_the_default_bound_reads_common_shard_shapes_whole() -> None:
     """By default a shard of 50,000 documents in two row groups, of one row group of 62,500 (of short
     texts, or of 1,200-byte ones: 75 MB), or of one 128 MiB row group (parquet-mr's) of long texts is

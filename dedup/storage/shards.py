@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from numpy.typing import NDArray
 
 from dedup.config import PARTITION_ROWS
 from dedup.storage.safety import UsageError, is_url
@@ -346,22 +348,42 @@ def oversized_groups(shards: Sequence[Shard], rows: int = PARTITION_ROWS,
 
 
 def partitions(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int = PARTITION_BYTES) -> list[list[Piece]]:
-    """Consecutive pieces (`pieces_of`) grouped into partitions of about `rows` rows or `nbytes` bytes."""
-    groups: list[list[Piece]] = []
-    cur: list[Piece] = []
-    cur_rows = cur_bytes = 0
-    for s in shards:
-        for piece in pieces_of(s, rows, nbytes):
-            size = s.nbytes * piece.rows // max(s.rows, 1)
-            if cur and (cur_rows + piece.rows > rows or cur_bytes + size > nbytes):
-                groups.append(cur)
-                cur, cur_rows, cur_bytes = [], 0, 0
-            cur.append(piece)
-            cur_rows += piece.rows
-            cur_bytes += size
-    if cur:
-        groups.append(cur)
-    return groups
+    """Consecutive pieces (`pieces_of`) grouped into as few partitions as `rows` rows and `nbytes` bytes
+    allow, and those as even as the pieces allow: the same count of partitions under the smallest
+    bounds (a share of both) that still give it. Filled one by one up to the bounds, 16 shards of
+    12,750 rows were partitions of five, five, five and one shard, and two workers took two full
+    ones and one full one; now they are four of four."""
+    pieces = [p for s in shards for p in pieces_of(s, rows, nbytes)]
+    if not pieces:
+        return []
+    sizes = np.asarray([p.shard.nbytes * p.rows // max(p.shard.rows, 1) for p in pieces], np.int64)
+    counts = np.asarray([p.rows for p in pieces], np.int64)
+    fewest = _cuts(counts, sizes, rows, nbytes)
+    lo, hi = 0.0, 1.0  # the share of the bounds: the groups' count at `hi` is the fewest
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if len(_cuts(counts, sizes, int(rows * mid), int(nbytes * mid))) == len(fewest):
+            hi = mid
+        else:
+            lo = mid
+    cuts = _cuts(counts, sizes, int(rows * hi), int(nbytes * hi))
+    return [pieces[a:b] for a, b in zip([0, *cuts[:-1]], cuts)]
+
+
+def _cuts(rows: NDArray[np.int64], sizes: NDArray[np.int64], max_rows: int, max_bytes: int) -> list[int]:
+    """Where consecutive groups of the pieces end, each group taking pieces while within both bounds
+    (a piece above them alone); the fewest groups any consecutive grouping within them has."""
+    cum_rows, cum_bytes = np.cumsum(rows), np.cumsum(sizes)
+    out: list[int] = []
+    start = 0
+    while start < len(rows):
+        base_rows = cum_rows[start - 1] if start else 0
+        base_bytes = cum_bytes[start - 1] if start else 0
+        stop = min(int(np.searchsorted(cum_rows, base_rows + max_rows, "right")),
+                   int(np.searchsorted(cum_bytes, base_bytes + max_bytes, "right")))
+        start = max(stop, start + 1)
+        out.append(start)
+    return out
 
 
 def write_shard(table: pa.Table, fs: Any, path: str, piece: bool = False) -> None:
