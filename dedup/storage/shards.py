@@ -351,18 +351,18 @@ def partitions(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int 
     """Consecutive pieces (`pieces_of`) grouped into as few partitions as `rows` rows and `nbytes` bytes
     allow, and those as even as the pieces allow: the same count of partitions under the smallest
     bounds (a share of both) that still give it. Filled one by one up to the bounds, 16 shards of
-    12,750 rows were partitions of five, five, five and one shard, and two workers took two full
-    ones and one full one; now they are four of four."""
+    12,750 rows would be partitions of five, five, five and one shard, two workers taking two full
+    ones and one full one; evened, they are four of four."""
     pieces = [p for s in shards for p in pieces_of(s, rows, nbytes)]
     if not pieces:
         return []
     sizes = np.asarray([p.shard.nbytes * p.rows // max(p.shard.rows, 1) for p in pieces], np.int64)
     counts = np.asarray([p.rows for p in pieces], np.int64)
-    fewest = _cuts(counts, sizes, rows, nbytes)
+    fewest = len(_cuts(counts, sizes, rows, nbytes))
     lo, hi = 0.0, 1.0  # the share of the bounds: the groups' count at `hi` is the fewest
     for _ in range(30):
         mid = (lo + hi) / 2
-        if len(_cuts(counts, sizes, int(rows * mid), int(nbytes * mid))) == len(fewest):
+        if len(_cuts(counts, sizes, int(rows * mid), int(nbytes * mid))) == fewest:
             hi = mid
         else:
             lo = mid
