@@ -319,7 +319,7 @@ def in_process(threads: int) -> Iterator[None]:
 
 
 def _load_kernels_quietly() -> None:
-    from dedup.partition.buckets import warm_kernels
+    from dedup.partition.warm import warm_kernels
 
     with contextlib.suppress(Exception):  # the first task that needs them raises the error
         warm_kernels()
@@ -335,7 +335,7 @@ def dask_setup(worker: Any) -> None:
         arrow_memory_pool()
         import dedup.job.pipeline  # noqa: F401  (the tasks' functions live there and in its imports)
         from dedup.job import frame_size
-        from dedup.partition.buckets import warm_kernels
+        from dedup.partition.warm import warm_kernels
 
         frame_size.register()
         warm_kernels()
@@ -362,6 +362,6 @@ def warm_up(client: Any) -> list[Any]:
     client plans and builds the graph (else the first features task pays it). Local clusters do it
     as the workers start (`dask_setup`)."""
     workers = list(client.scheduler_info(n_workers=-1)["workers"])
-    from dedup.partition.buckets import warm_kernels
+    from dedup.partition.warm import warm_kernels
 
     return [client.submit(warm_kernels, pure=False, workers=[w], allow_other_workers=False) for w in workers]

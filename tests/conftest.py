@@ -59,6 +59,17 @@ collected first and the short ones fill the end; in alphabetical order a 35-seco
 last and one process waited 27 s for the other."""
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In the process that starts the others (pytest-xdist's controller, or the only one): every
+    compiled kernel loaded once, so that on a fresh checkout, whose numba cache is empty, one process
+    compiles them (4.5 CPU-seconds) before the pytest workers, their clusters and the `dedup`
+    processes start, instead of each of them compiling them at the same time."""
+    if not hasattr(config, "workerinput"):
+        from dedup.partition.warm import warm_kernels
+
+        warm_kernels()
+
+
 def _module(item: pytest.Item) -> str:
     return item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
 

@@ -1,11 +1,12 @@
 """`dedup ARGS...` as a real child process forked from a warm interpreter.
 
 A `dedup` process spends 1.5 to 2.5 CPU-seconds importing dask, distributed, pandas, pyarrow,
-numba and matplotlib before it reads an argument; the suite starts about a hundred of them. Here
-one interpreter per pytest process imports them once and forks a child for each command: the child
+numba and matplotlib before it reads an argument, and about 0.3 more loading its compiled kernels
+as it first calls them; the suite starts about two hundred of them. Here one interpreter per pytest
+process imports them and loads the kernels once, and forks a child for each command: the child
 is a process of its own (its pid, working directory, environment, stdin from /dev/null, stdout
 and stderr captured, its exit code and signals), runs the same entry point as `python -m dedup`
-and ends the same way. What it skips is only the imports. The tests of start-up and exit
+and ends the same way. What it skips is only the imports and the loading. The tests of start-up and exit
 themselves (that `--threads` never imports distributed, that `dedup` ends its forkserver) start a
 cold `python -m dedup`, as do runs started at the same time (the interpreter serves one at a time).
 """
@@ -27,12 +28,9 @@ import json, os, signal, sys, threading, traceback
 
 import dask.dataframe, distributed, pandas, pyarrow.parquet  # noqa: F401
 import dedup.cli, dedup.job.pipeline, dedup.report.page  # noqa: F401
-import dedup.core._kernels as _k
+from dedup.partition.warm import warm_kernels
 
-_k.__name__  # the lazy module loads numba now, once
-from numba.core.registry import cpu_target
-
-cpu_target.target_context  # and its compiler's registries, which loading a cached kernel needs
+warm_kernels()  # every kernel loaded (or compiled) once, not in each child
 dedup.report.page.plotting()
 # what the imports made is never garbage: kept out of every collection, in this process and in each
 # child (a child's collection would otherwise walk, and copy, every page of the heap it shares)

@@ -22,7 +22,7 @@ with contextlib.suppress(Exception):
 
     import dedup.job.pipeline  # noqa: F401
     from dedup.job import frame_size
-    from dedup.partition.buckets import warm_kernels
+    from dedup.partition.warm import warm_kernels
 
     frame_size.register()
     warm_kernels()

@@ -9,7 +9,7 @@ from numpy.typing import NDArray
 
 from dedup.config import Params
 from dedup.core.lsh import NO_KEY, band_keys
-from dedup.partition.features import document_features, signatures_of
+from dedup.partition.features import signatures_of
 from dedup.partition.keyspace import NO_INDEX
 
 KIND_CANDIDATE = 0
@@ -158,12 +158,3 @@ def bucket_edges(long: pd.DataFrame, max_bucket: int, first_indexed: int = NO_IN
     if (hi >= first_indexed).any():  # two documents of earlier outputs: both survive, nothing to decide
         out = out[(lo < first_indexed) | (hi < first_indexed)].reset_index(drop=True)
     return out
-
-
-def warm_kernels() -> None:
-    """Run the features and band keys once on a tiny frame, so a worker loads their compiled kernels now."""
-    from dedup.core.text import TEXT_DTYPE
-
-    feat = document_features(pd.DataFrame({"id": ["a"], "text": pd.Series(["warm up the compiled kernels of dedup"],
-                                                                 dtype=TEXT_DTYPE)}), "id", "text", Params(), None)
-    long_form(feat, Params())  # the band keys' kernel

@@ -118,6 +118,20 @@ def shingle_sets(texts: list[str | None], shingle_size: int,
     return values, out
 
 
+def blob_jaccard(blobs: list[bytes], left_at: NDArray[np.int64], b_vals: NDArray[np.uint64],
+                 b_off: NDArray[np.int64], right_at: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Exact Jaccard of each pair: the left document's shingle set as a blob of sorted uint64 hashes
+    (`blobs[left_at[i]]`, as carriers hold them) against the right one's (`shingle_sets`' values and
+    offsets, at `right_at[i]`)."""
+    lengths = np.fromiter((len(b) // 8 for b in blobs), dtype=np.int64, count=len(blobs))
+    a_off = np.zeros(len(blobs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=a_off[1:])
+    a_vals = np.frombuffer(b"".join(blobs), dtype=np.uint64)
+    result: NDArray[np.float64] = _kernels.sorted_jaccard(a_vals, a_off[left_at], a_off[left_at + 1],
+                                                          b_vals, b_off[right_at], b_off[right_at + 1])
+    return result
+
+
 def pairs_with_left(routes: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | None, text_column: str,
                     params: Params, placement: Placement = OWN) -> pd.DataFrame:
     """At the partition of each pair's left document: one row per distinct pair (`confirm_routes`
@@ -196,13 +210,7 @@ def score_at_right(rows: pd.DataFrame, feat: pd.DataFrame, part: pd.DataFrame | 
         assert part is not None
         b_vals, b_off = shingle_sets(texts_of(part[text_column].iloc[right_docs]), params.shingle_size,
                                      params.shingle_unit)
-        blobs = carriers["_shingles"].tolist()
-        lengths = np.fromiter((len(b) // 8 for b in blobs), dtype=np.int64, count=len(blobs))
-        a_off = np.zeros(len(blobs) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=a_off[1:])
-        a_vals = np.frombuffer(b"".join(blobs), dtype=np.uint64)
-        jaccard[score] = _kernels.sorted_jaccard(a_vals, a_off[left_at], a_off[left_at + 1],
-                                                 b_vals, b_off[right_at], b_off[right_at + 1])
+        jaccard[score] = blob_jaccard(carriers["_shingles"].tolist(), left_at, b_vals, b_off, right_at)
         confirmed[score] = jaccard[score] >= params.threshold
     else:
         confirmed[score] = estimate[score] >= params.threshold

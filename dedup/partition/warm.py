@@ -1,0 +1,42 @@
+"""Every compiled kernel loaded once, in the process that calls `warm_kernels`.
+
+numba compiles a kernel at its first call in a process (from its on-disk cache after the first
+run of an install: about 0.03 CPU-seconds a kernel; without it, about 4.5 CPU-seconds for all of
+them). A worker that loads them as its tasks first need them pays that in its first tasks; worse,
+on a fresh install every worker compiles every kernel at the same time. Called where processes are
+made (the process local workers are forked from, a worker's preload), it does that once: the forks
+start with the kernels in memory. Each call goes through the function the job uses, so that the
+kernel is compiled for the argument types the job gives it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dedup.config import Params
+from dedup.core.decontam import ProtectedNgrams
+from dedup.core.hashing import id_hashes
+from dedup.core.text import TEXT_DTYPE, encode_batch
+from dedup.partition.buckets import long_form
+from dedup.partition.confirm import blob_jaccard, shingle_sets
+from dedup.partition.features import document_features
+
+_TEXT = "warm up every compiled kernel of dedup, once, before the first task needs one of them"
+
+
+def warm_kernels() -> None:
+    """Run each kernel once on a tiny input through the code that uses it: tokenising, shingle and
+    band hashes (word and character shingles), exact Jaccard, the decontamination n-grams and the
+    hashes that route string ids."""
+    texts = pd.Series([_TEXT, "naïve café " + _TEXT], dtype=TEXT_DTYPE)  # an ASCII text and one that is not
+    feat = document_features(pd.DataFrame({"id": ["a", "b"], "text": texts}), "id", "text", Params(), None)
+    long_form(feat, Params())  # the band keys
+    for unit in ("word", "char"):
+        values, offsets = shingle_sets(list(texts), 5, unit)
+    blobs = [values[offsets[0]:offsets[1]].tobytes()]
+    both = np.zeros(1, dtype=np.int64)
+    blob_jaccard(blobs, both, values, offsets, both)
+    grams = ProtectedNgrams.from_records(["warm"], [(0, "warm", [_TEXT])], ngram_size=13)
+    grams.hits(encode_batch([_TEXT]))
+    id_hashes(np.array(["a", "b"], dtype=object))
