@@ -14,17 +14,17 @@ import glob
 import os
 import posixpath
 import re
+from bisect import bisect_right
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 import fsspec
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from numpy.typing import NDArray
 
 from dedup.config import PARTITION_ROWS
 from dedup.storage.safety import UsageError, is_url
@@ -356,8 +356,8 @@ def partitions(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int 
     pieces = [p for s in shards for p in pieces_of(s, rows, nbytes)]
     if not pieces:
         return []
-    sizes = np.asarray([p.shard.nbytes * p.rows // max(p.shard.rows, 1) for p in pieces], np.int64)
-    counts = np.asarray([p.rows for p in pieces], np.int64)
+    sizes = [p.shard.nbytes * p.rows // max(p.shard.rows, 1) for p in pieces]
+    counts = [p.rows for p in pieces]
     fewest = len(_cuts(counts, sizes, rows, nbytes))
     lo, hi = 0.0, 1.0  # the share of the bounds: the groups' count at `hi` is the fewest
     for _ in range(30):
@@ -370,17 +370,19 @@ def partitions(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int 
     return [pieces[a:b] for a, b in zip([0, *cuts[:-1]], cuts)]
 
 
-def _cuts(rows: NDArray[np.int64], sizes: NDArray[np.int64], max_rows: int, max_bytes: int) -> list[int]:
+def _cuts(rows: Sequence[int], sizes: Sequence[int], max_rows: int, max_bytes: int) -> list[int]:
     """Where consecutive groups of the pieces end, each group taking pieces while within both bounds
-    (a piece above them alone); the fewest groups any consecutive grouping within them has."""
-    cum_rows, cum_bytes = np.cumsum(rows), np.cumsum(sizes)
+    (a piece above them alone); the fewest groups any consecutive grouping within them has. Running
+    sums searched with `bisect` on lists: a search costs a tenth of numpy's on an array, and the
+    evening search in `partitions` runs this 32 times, a search a group (thousands of pieces at a
+    billion documents, or with small bounds)."""
+    cum_rows, cum_bytes = list(accumulate(rows)), list(accumulate(sizes))
     out: list[int] = []
     start = 0
-    while start < len(rows):
+    while start < len(cum_rows):
         base_rows = cum_rows[start - 1] if start else 0
         base_bytes = cum_bytes[start - 1] if start else 0
-        stop = min(int(np.searchsorted(cum_rows, base_rows + max_rows, "right")),
-                   int(np.searchsorted(cum_bytes, base_bytes + max_bytes, "right")))
+        stop = min(bisect_right(cum_rows, base_rows + max_rows), bisect_right(cum_bytes, base_bytes + max_bytes))
         start = max(stop, start + 1)
         out.append(start)
     return out
