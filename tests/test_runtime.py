@@ -266,3 +266,24 @@ def test_a_local_cluster_that_does_not_close_in_time_is_logged_not_raised(caplog
     assert "did not close cleanly (TimeoutError: took too long)" in caplog.text
     with pytest.raises(KeyError), runtime._closed_quietly(_WontClose()):
         raise KeyError("the job's error")
+
+
+_KERNELS_AFTER_WARM_UP = r"""
+import json, numba
+from dedup.core import _kernels
+from dedup.partition.warm import warm_kernels
+warm_kernels()
+found = {name: len(getattr(_kernels, name).signatures) for name in dir(_kernels)
+         if isinstance(getattr(_kernels, name), numba.core.registry.CPUDispatcher)
+         and getattr(_kernels, name).targetoptions.get("inline") != "always"}
+print(json.dumps(found))
+"""
+
+
+def test_warm_up_loads_every_kernel() -> None:
+    """In a fresh process, `warm_kernels` alone compiles (or loads) every kernel a task may call (the
+    inlined helpers are compiled into their callers): a process forked after it loads none."""
+    got = subprocess.run([sys.executable, "-c", _KERNELS_AFTER_WARM_UP], capture_output=True, text=True, timeout=240)
+    assert got.returncode == 0, got.stderr
+    found = json.loads(got.stdout)
+    assert len(found) >= 10 and all(n >= 1 for n in found.values()), found

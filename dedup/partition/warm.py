@@ -32,11 +32,10 @@ def warm_kernels() -> None:
     texts = pd.Series([_TEXT, "naïve café " + _TEXT], dtype=TEXT_DTYPE)  # an ASCII text and one that is not
     feat = document_features(pd.DataFrame({"id": ["a", "b"], "text": texts}), "id", "text", Params(), None)
     long_form(feat, Params())  # the band keys
-    for unit in ("word", "char"):
-        values, offsets = shingle_sets(list(texts), 5, unit)
-    blobs = [values[offsets[0]:offsets[1]].tobytes()]
-    both = np.zeros(1, dtype=np.int64)
-    blob_jaccard(blobs, both, values, offsets, both)
+    shingle_sets(list(texts), 5, "char")
+    values, offsets = shingle_sets(list(texts), 5, "word")
+    first = np.zeros(1, dtype=np.int64)  # the first text's set against itself
+    blob_jaccard([values[offsets[0]:offsets[1]].tobytes()], first, values, offsets, first)
     grams = ProtectedNgrams.from_records(["warm"], [(0, "warm", [_TEXT])], ngram_size=13)
     grams.hits(encode_batch([_TEXT]))
     id_hashes(np.array(["a", "b"], dtype=object))
