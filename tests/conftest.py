@@ -270,17 +270,76 @@ def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait()
 
 
+SHARED_CLUSTER = "dask-processes"
+"""The folder, in the session's base temporary directory (pytest-xdist's controller's, which its
+workers' are in), that holds the scheduler file and the process ids of the `dask_processes` cluster."""
+
+
+def _shared_cluster_dir(factory: pytest.TempPathFactory, config: pytest.Config) -> Path:
+    base = factory.getbasetemp()
+    return (base.parent if hasattr(config, "workerinput") else base) / SHARED_CLUSTER
+
+
 @pytest.fixture(scope="session")
-def dask_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """`dask scheduler` and one `dask worker` (2 processes) on 127.0.0.1, as separate processes; the scheduler file."""
-    scheduler, sched_file = start_scheduler(tmp_path_factory.mktemp("scheduler"))
-    procs = [scheduler]
+def dask_processes(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
+    """`dask scheduler` and one `dask worker` (2 processes) on 127.0.0.1, as separate processes; the
+    scheduler file. One such cluster for the whole session: the first pytest process that needs it
+    starts it (under a lock), the others connect to it, and the process that started the pytest
+    processes stops it (`pytest_unconfigure`). Each pytest process started its own before: a
+    scheduler, a nanny and two spawned workers, each importing dask and dedup."""
+    import fcntl
+
+    directory = _shared_cluster_dir(tmp_path_factory, pytestconfig)
+    directory.mkdir(parents=True, exist_ok=True)
+    sched_file, pids = directory / "scheduler.json", directory / "pids"
+    with open(directory / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not pids.exists():
+            scheduler, sched_file = start_scheduler(directory)
+            worker = start_dask("worker", "--scheduler-file", str(sched_file), "--nworkers", "2", "--nthreads", "1",
+                                "--no-dashboard", "--host", "127.0.0.1")
+            pids.write_text(f"{worker.pid} {scheduler.pid}\n")  # newest first, as stop_processes stops them
+            _started.extend([scheduler, worker])
+    return sched_file
+
+
+_started: list[subprocess.Popen[bytes]] = []
+"""The shared cluster's processes, in the process that started them (to wait for them at its end)."""
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """In the process that started the others (or the only one): the shared `dask_processes` cluster
+    stopped, the worker before the scheduler, each waited for (killed after 30 s)."""
+    if hasattr(config, "workerinput"):
+        return
+    factory = getattr(config, "_tmp_path_factory", None)
+    pids = _shared_cluster_dir(factory, config) / "pids" if factory is not None else None
+    if pids is None or not pids.exists():
+        return
+    for pid in (int(x) for x in pids.read_text().split()):
+        _stop_pid(pid)
+    stop_processes(_started)  # reaped, if this process started them
+
+
+def _stop_pid(pid: int) -> None:
+    """SIGTERM to `pid`, then SIGKILL if it still runs after 30 s."""
     try:
-        procs.append(start_dask("worker", "--scheduler-file", str(sched_file), "--nworkers", "2", "--nthreads", "1",
-                                "--no-dashboard", "--host", "127.0.0.1"))
-        yield sched_file
-    finally:
-        stop_processes(procs)
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        if any(p.pid == pid and p.poll() is not None for p in _started):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def chromium(width: int = 1200, height: int = 2000) -> Any:

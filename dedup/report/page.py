@@ -10,6 +10,7 @@ object store.
 from __future__ import annotations
 
 import difflib
+import functools
 import io
 import logging
 import re
@@ -259,7 +260,10 @@ code{background:#f2f2f2;padding:0 .2rem} td,th,h4,p{overflow-wrap:anywhere} svg{
 RECORDS_SHOWN = 25
 
 
+@functools.cache
 def _template() -> Any:
+    """The page's template, compiled once a process (22 ms a compile: a program that runs many jobs,
+    such as the test suite, compiled it for each page)."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("dedup.report", "templates"),
