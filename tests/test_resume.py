@@ -163,9 +163,10 @@ def _cluster(directory: Path, procs: list[subprocess.Popen[bytes]]) -> Path:
 
 
 def test_a_lost_scheduler_resumes_on_a_new_one(inputs: tuple[Path, Path], baseline: dict[str, str], tmp_path: Path,
-                                               own_cluster: list[subprocess.Popen[bytes]]) -> None:
+                                               own_cluster: list[subprocess.Popen[bytes]], dask_processes: Path) -> None:
     """The scheduler is SIGKILLed once the confirm stage has finished; the run fails, keeping what it
-    finished; the same command on a new scheduler resumes and writes what an uninterrupted run writes."""
+    finished; the same command on another scheduler (the suite's shared one) resumes and writes what
+    an uninterrupted run writes."""
     out = tmp_path / "out"
     first = _cluster(tmp_path / "first", own_cluster)
     # the client gives a lost scheduler 5 s to come back, not the default 30 s
@@ -185,8 +186,7 @@ def test_a_lost_scheduler_resumes_on_a_new_one(inputs: tuple[Path, Path], baseli
     assert "Traceback" not in err and "distributed.client" not in err and "asyncio" not in err, err
     [line] = [x for x in err.splitlines() if x.startswith("dedup: error:")]
     assert "scheduler" in line and "OUTPUT was left as it was" in line and "kept-" not in line, line
-    second = _cluster(tmp_path / "second", own_cluster)
-    got = run_command(_command(*inputs, out, second), timeout=240)
+    got = run_command(_command(*inputs, out, dask_processes), timeout=240)
     assert got.returncode == 0, got.stderr
     reused = json.loads((out / "_dedup.json").read_text())["resumed"]["reused"]
     assert reused[:4] == ["features", "contamination", "buckets", "confirm"], reused
