@@ -280,6 +280,35 @@ print(json.dumps(found))
 """
 
 
+_FIRST_READ_AT_ONCE = """
+import json, sys, threading
+from dedup.core import _kernels  # not loaded yet: numba loads on the first read
+assert "numba" not in sys.modules
+errors, barrier = [], threading.Barrier(4)
+def read():
+    barrier.wait()
+    try:
+        _kernels.non_ascii, _kernels.tokenize, _kernels.window_hashes
+    except AttributeError as exc:
+        errors.append(repr(exc))
+threads = [threading.Thread(target=read) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(errors))
+"""
+
+
+def test_threads_reading_the_kernels_first_at_once_all_get_them() -> None:
+    """Four threads of a fresh process read the lazily loaded kernels module at the same moment (as
+    `--threads` and a multi-threaded worker's first tasks do): every one gets the kernels. With the
+    standard library's `LazyLoader` (Python 3.11), the ones that came second got an AttributeError."""
+    got = subprocess.run([sys.executable, "-c", _FIRST_READ_AT_ONCE], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout) == []
+
+
 def test_warm_up_loads_every_kernel() -> None:
     """In a fresh process, `warm_kernels` alone compiles (or loads) every kernel a task may call (the
     inlined helpers are compiled into their callers): a process forked after it loads none."""
