@@ -161,6 +161,42 @@ def test_small_and_direct_routes_put_every_row_where_a_shuffle_does(request, whe
     assert all(doc % npartitions == part for part, rows in enumerate(got) for doc, _ in rows)
 
 
+@pytest.mark.parametrize("where", ["sync", "cluster"])
+def test_a_persisted_frames_bytes_choose_the_small_route(request, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame whose rows are not known but which is persisted (exact confirmation's second hop) takes
+    one gathering task when its bytes, as Dask sizes its partitions, are small; else a shuffle. Both
+    put every row where the other does."""
+    import numpy as np
+    from dask.sizeof import sizeof
+
+    from dedup.job import graphs, routing
+
+    frame = pd.DataFrame({"doc": np.arange(400, dtype=np.int64) * 7919 % 1000, "v": [f"x{i}" for i in range(400)]})
+    if where == "cluster":
+        request.getfixturevalue("client")
+    with dask.config.set(LOCAL if where == "sync" else {}):
+        held = graphs.persist(dd.from_pandas(frame, npartitions=4, sort=False))
+        nbytes = graphs.persisted_bytes(held)
+        here = sum(sizeof(p) for p in dask.compute(*held.to_delayed()))
+        # the workers size frames by their arrays (`dedup.job.frame_size`), this process by Dask's sampling
+        assert nbytes == here if where == "sync" else here / 2 < nbytes < here * 2
+        assert graphs.persisted_bytes(dd.from_pandas(frame, npartitions=2)) is None  # not persisted: not known
+
+        def dest(d: pd.DataFrame) -> np.ndarray:
+            return d["doc"].to_numpy() % 3
+
+        def names(routed: dd.DataFrame) -> set[str]:
+            return {str(k[0] if isinstance(k, tuple) else k).split("-")[0] for k in routed.__dask_graph__()}
+
+        small = routing.route_by(held, dest, 3, nbytes=nbytes)
+        monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", nbytes - 1)
+        shuffled = routing.route_by(held, dest, 3, nbytes=nbytes)
+        assert "piece" in names(small) and "piece" not in names(shuffled) and "gathered" not in names(shuffled)
+        got = [sorted(zip(p["doc"], p["v"])) for p in dask.compute(*small.to_delayed())]
+        assert got == [sorted(zip(p["doc"], p["v"])) for p in dask.compute(*shuffled.to_delayed())]
+    assert sum(len(p) for p in got) == len(frame)
+
+
 def test_run_leaves_nothing_in_cluster_memory(client, tmp_path: Path, frame: pd.DataFrame) -> None:
     """The job's persisted features, edges and roots are released when `run` returns, even with
     Python's cyclic collector off: exceptions that libraries raise and catch during the job keep

@@ -12,7 +12,7 @@ import pandas as pd
 
 from dedup.config import Params
 from dedup.job.checkpoints import Through, as_is
-from dedup.job.graphs import persist, persist_counting
+from dedup.job.graphs import persist, persist_counting, persisted_bytes
 from dedup.job.page_data import NEAR_PAIRS
 from dedup.job.routing import ROWS_META, route, row_count
 from dedup.job.stage import Job, Step
@@ -102,11 +102,14 @@ def score_pairs(routes: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *
     at_left = dd.map_partitions(pairs_with_left, route(routes, "left", n, placement, rows, 24), feat, src,
                                 text_column, params, placement, meta=left_payload_meta(params),
                                 align_dataframes=False)
+    payload_bytes = None
     if src is not None:  # each hop reads the texts it needs: none is held from the first hop to the second
         at_left = persist(at_left)
+        payload_bytes = persisted_bytes(at_left)  # rows of shingle hashes: their bytes, not their rows, are known
     # a left payload row: the pair and the left signature (exact Jaccard: carriers hold those, and shingle hashes)
     payload_rows = rows if params.confirm == "estimate" else None
-    return dd.map_partitions(score_at_right, route(at_left, "right", n, placement, payload_rows, 4 * params.num_perm + 24),
+    return dd.map_partitions(score_at_right, route(at_left, "right", n, placement, payload_rows, 4 * params.num_perm + 24,
+                                                   nbytes=payload_bytes),
                              feat, src, text_column, params, meta=SCORED_META, align_dataframes=False)
 
 

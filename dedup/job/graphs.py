@@ -117,6 +117,23 @@ def persist_counting(frames: Sequence[Any], counts: Sequence[Any]) -> tuple[tupl
     return got[:len(frames)], [_rows_of(t) for t in got[len(frames):]]
 
 
+def persisted_bytes(frame: Any) -> int | None:
+    """The bytes a frame `persist` returned holds (Dask's `sizeof` of each partition, as the workers
+    report it: one question to the scheduler, no task), or None when it was not persisted."""
+    if not isinstance(getattr(frame, "expr", None), Persisted):
+        return None
+    layer = frame.expr._layer()
+    parts = [layer[key] for key in frame.expr.operand("keys")]
+    if not parts:
+        return 0
+    if isinstance(parts[0], pd.DataFrame):  # held in this process (`_held_here`)
+        from dask.sizeof import sizeof
+
+        return int(sum(sizeof(part) for part in parts))
+    sizes = parts[0].client.nbytes(keys=[f.key for f in parts], summary=False)
+    return int(sum(sizes.get(f.key, 0) for f in parts))
+
+
 def _held_here(given: list[Any]) -> list[Any] | None:
     """`given` computed by the scheduler of this process (threads, or sync), each DataFrame as a
     `Persisted` of its results; None when a client's scheduler is in use, or not all are DataFrames.

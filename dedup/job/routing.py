@@ -51,20 +51,23 @@ PART = "_partitions"
 
 
 def route_by(frame: dd.DataFrame, part_of: Callable[[pd.DataFrame], np.ndarray], npartitions: int,
-              rows: int | None = None, row_bytes: int = 64, ranges: bool = False) -> dd.DataFrame:
+              rows: int | None = None, row_bytes: int = 64, ranges: bool = False,
+              nbytes: int | None = None) -> dd.DataFrame:
     """Partition i of the result holds the rows `part_of` sends to i; their index and their order
     inside a partition are unspecified (every consumer sorts or groups). `rows`: an upper bound on
-    the frame's rows, when known, so that a small frame takes `route_small`. `ranges`: the result's
-    partitions are key ranges of their own (joined with no other frame's partitions), and between
-    few partitions it takes `route_direct`.
+    the frame's rows, when known, so that a small frame takes `route_small`; `nbytes`, for a frame
+    whose rows are not known but whose bytes are (a persisted one, `graphs.persisted_bytes`): the
+    same, for `route_small` only. `ranges`: the result's partitions are key ranges of their own
+    (joined with no other frame's partitions), and between few partitions it takes `route_direct`.
 
     Else, when `rows` is known and a partition would hold less than `ROUTE_GROUP_BYTES`, a shuffle
     to groups of partitions (`route_grouped`). Else a shuffle on the destination column itself
     (dask's own `Shuffle`, which its hash shuffles and `set_index` build on): `set_index` on the
     destination, as before, added three tasks a partition (a lookup of the destination in the
     divisions, the new index, a sort of every partition by it)."""
-    if rows is not None and rows * row_bytes <= SMALL_ROUTE_BYTES:
-        return route_small(frame, part_of, npartitions, inline=rows * row_bytes <= INLINE_ROUTE_BYTES)
+    size = rows * row_bytes if rows is not None else nbytes
+    if size is not None and size <= SMALL_ROUTE_BYTES:
+        return route_small(frame, part_of, npartitions, inline=size <= INLINE_ROUTE_BYTES)
     if ranges and frame.npartitions * npartitions <= DIRECT_ROUTE_PIECES:
         return route_direct(frame, part_of, npartitions)
     if rows is not None:
@@ -164,13 +167,14 @@ def _split_parts(parts: Sequence[pd.DataFrame], part_of: Callable[[pd.DataFrame]
 
 
 def route(frame: dd.DataFrame, key_column: str, npartitions: int,
-          placement: keyspace.Placement = keyspace.OWN, rows: int | None = None, row_bytes: int = 64) -> dd.DataFrame:
+          placement: keyspace.Placement = keyspace.OWN, rows: int | None = None, row_bytes: int = 64,
+          nbytes: int | None = None) -> dd.DataFrame:
     """`frame`'s rows moved to the partition of the document key in `key_column`: partition i of the
     result holds exactly the rows whose key belongs to features partition i, by `placement` (a
-    shuffle, or one task for a small frame: `rows`, an upper bound on its rows, and `row_bytes`;
-    no graph data)."""
+    shuffle, or one task for a small frame: `rows`, an upper bound on its rows, and `row_bytes`,
+    or its `nbytes`; no graph data)."""
     return route_by(frame, partial(_placed_part, key_column=key_column, placement=placement), npartitions, rows,
-                     row_bytes)
+                     row_bytes, nbytes=nbytes)
 
 
 def route_ranges(frame: dd.DataFrame, npartitions: int, rows: int | None = None) -> dd.DataFrame:
