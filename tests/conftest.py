@@ -314,15 +314,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         return
     factory = getattr(config, "_tmp_path_factory", None)
     pids = _shared_cluster_dir(factory, config) / "pids" if factory is not None else None
-    if pids is None or not pids.exists():
-        return
-    for pid in (int(x) for x in pids.read_text().split()):
-        _stop_pid(pid)
-    stop_processes(_started)  # reaped, if this process started them
+    if _started:  # this process started it (no pytest-xdist): its own children, waited for
+        stop_processes(_started)
+    elif pids is not None and pids.exists():  # a pytest-xdist worker started it, and has ended
+        for pid in (int(x) for x in pids.read_text().split()):
+            _stop_pid(pid)
 
 
 def _stop_pid(pid: int) -> None:
-    """SIGTERM to `pid`, then SIGKILL if it still runs after 30 s."""
+    """SIGTERM to `pid` (not a child of this process), then SIGKILL if it still runs after 30 s."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -332,8 +332,6 @@ def _stop_pid(pid: int) -> None:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
-        if any(p.pid == pid and p.poll() is not None for p in _started):
             return
         time.sleep(0.1)
     try:

@@ -122,8 +122,7 @@ def persisted_bytes(frame: Any) -> int | None:
     report it: one question to the scheduler, no task), or None when it was not persisted."""
     if not isinstance(getattr(frame, "expr", None), Persisted):
         return None
-    layer = frame.expr._layer()
-    parts = [layer[key] for key in frame.expr.operand("keys")]
+    parts = _results(frame)
     if not parts:
         return 0
     if isinstance(parts[0], pd.DataFrame):  # held in this process (`_held_here`)
@@ -132,6 +131,12 @@ def persisted_bytes(frame: Any) -> int | None:
         return int(sum(sizeof(part) for part in parts))
     sizes = parts[0].client.nbytes(keys=[f.key for f in parts], summary=False)
     return int(sum(sizes.get(f.key, 0) for f in parts))
+
+
+def _results(frame: Any) -> list[Any]:
+    """A persisted frame's partitions in order: futures, or frames held in this process (`_held_here`)."""
+    layer = frame.expr._layer()
+    return [layer[key] for key in frame.expr.operand("keys")]
 
 
 def _held_here(given: list[Any]) -> list[Any] | None:
@@ -162,8 +167,7 @@ def _held_here(given: list[Any]) -> list[Any] | None:
 def _rows_of(frame: Any) -> pd.DataFrame:
     """A persisted frame's rows, its partitions concatenated in order (as `compute` gives them)."""
     if isinstance(frame.expr, Persisted):
-        layer = frame.expr._layer()
-        futures = [layer[key] for key in frame.expr.operand("keys")]
+        futures = _results(frame)
         if futures and isinstance(futures[0], pd.DataFrame):  # held in this process (`_held_here`)
             return pd.concat(futures, ignore_index=True)
         parts = futures[0].client.gather(futures) if futures else []
