@@ -8,6 +8,7 @@ an oversized bucket; outputs are compared byte for byte.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from pathlib import Path
 
 import dask
@@ -92,24 +93,40 @@ def test_small_routes_write_what_shuffles_write(client, tmp_path: Path, frame: p
     """A small frame goes through one task (`route_small`), a route to key ranges between few
     partitions through plain tasks (`route_direct`), a larger one of known rows through a shuffle
     to groups of partitions (`route_grouped`), any other through a shuffle; the shards, the
-    index and the removed list are the same bytes every way, on a real cluster."""
+    index and the removed list are the same bytes every way, on a real cluster. Each route is
+    computed on its own from the rows the one before gave, so a run taking each of them the second
+    way (ranges direct, known rows grouped) and a run shuffling every one cover every way."""
     from dedup.job import routing
 
     params = Params(confirm=confirm, max_bucket=4)
     src = write_shards(frame, tmp_path / "in", 7)
-    run(str(src), str(tmp_path / "small"), params=params, partition_rows=100)
-    monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)  # no route is small: ranges direct, the rest shuffled
+    taken: dict[str, set[str]] = {}
+
+    def run_taking(name: str) -> dict[str, str]:
+        """The run's output, and the ways its routes took (a shuffle not under a grouped route: "shuffled")."""
+        calls: Counter[str] = Counter()
+        for kind in ("route_small", "route_direct", "route_grouped", "shuffled"):
+            original = getattr(routing, kind)
+            monkeypatch.setattr(routing, kind, lambda *a, _f=original, _k=kind, **kw: calls.update([_k]) or _f(*a, **kw))
+        run(str(src), str(tmp_path / name), params=params, partition_rows=100)
+        monkeypatch.undo()  # the constants too
+        calls["shuffled"] -= calls["route_grouped"]
+        taken[name] = {kind for kind, n in calls.items() if n > 0}
+        return _output_digests(tmp_path / name)
+
+    small = run_taking("small")
+    monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)  # no route is small: ranges direct,
+    monkeypatch.setattr(routing, "ROUTE_GROUP_BYTES", 4096)  # the rest of known rows between groups
+    direct_grouped = run_taking("direct-grouped")
+    monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)
     monkeypatch.setattr(routing, "ROUTE_GROUP_BYTES", 1)  # between every partition
-    run(str(src), str(tmp_path / "direct"), params=params, partition_rows=100)
     monkeypatch.setattr(routing, "DIRECT_ROUTE_PIECES", 0)  # every route a shuffle
-    run(str(src), str(tmp_path / "shuffled"), params=params, partition_rows=100)
-    monkeypatch.setattr(routing, "ROUTE_GROUP_BYTES", 4096)  # routes of known rows between groups
-    run(str(src), str(tmp_path / "grouped"), params=params, partition_rows=100)
-    small, direct = _output_digests(tmp_path / "small"), _output_digests(tmp_path / "direct")
-    shuffled, grouped = _output_digests(tmp_path / "shuffled"), _output_digests(tmp_path / "grouped")
+    shuffled = run_taking("shuffled")
+    assert taken["small"] == {"route_small"} and taken["shuffled"] == {"shuffled"}, taken
+    assert {"route_direct", "route_grouped"} <= taken["direct-grouped"] and "route_small" not in taken["direct-grouped"]
     assert any(name.startswith("_index/") for name in small)
     assert any(name.startswith("_report/removed.parquet/") for name in small)
-    assert small == direct == shuffled == grouped
+    assert small == direct_grouped == shuffled
 
 
 @pytest.mark.parametrize("where", ["sync", "cluster"])
