@@ -302,32 +302,67 @@ def test_gathered_index_partitions_hold_each_indexed_key_once(sizes: list[int], 
         assert set(layout.placement(keys).tolist()) == {owner.get(q, q)}
 
 
-def test_an_index_of_format_2_gives_the_same_decisions(client, tmp_path: Path, split) -> None:
-    """Format 2 band files carry no text hashes: their rows fetch them from the docs files (a detour
-    through the index partitions) and must reach the same decisions as format 3's and 4's, read directly."""
+def _as_older_format(out: Path, older: Path, fmt: int) -> int:
+    """`out`'s index rewritten in `older` (a copy of `out`) as index format `fmt` held it: a signature
+    in every docs-file row (those format 6 leaves to OUTPUT's texts computed here by the plain-Python
+    reference); before format 3, no text hashes in the band files; before format 4, no stamps (else
+    the rewritten files stamped again). The number of signatures format 6 held (its dropped documents')."""
     import shutil
+    import struct
 
+    import fsspec
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from dedup.storage import stamps
+    from tests.reference import ref_signature
+
+    shutil.copytree(out, older)
+    index = older / INDEX_DIR
+    meta = json.loads((index / INDEX_META).read_text())
+    assert meta["format"] == 6
+    texts = {f.name: pq.read_table(f, columns=["text"]).column(0).to_pylist() for f in older.glob("*.parquet")}
+    held = 0
+    for docs in sorted((index / "docs").glob("*.parquet")):
+        table = pq.read_table(docs)
+        files, rows = table.column("file").to_pylist(), table.column("row").to_pylist()
+        sig = table.column("signature")
+        has = sig.is_valid().to_pylist()
+        assert has == [f is None for f in files]  # a signature only where OUTPUT does not hold the text
+        held += sum(has)
+        every = [s if ok else struct.pack("<128I", *ref_signature(texts[f][r]))
+                 for s, ok, f, r in zip(sig.to_pylist(), has, files, rows)]
+        at = table.schema.get_field_index("signature")
+        pq.write_table(table.set_column(at, "signature", pa.array(every, sig.type)), docs)
+    if fmt < 3:
+        for bands in (index / "bands").glob("*.parquet"):
+            table = pq.read_table(bands)
+            assert table.column_names == ["band", "key", "doc", "tkey", "tkey2"]
+            pq.write_table(table.select(["band", "key", "doc"]), bands)
+    body = {k: v for k, v in meta.items() if k not in ("files", "checksum")}
+    if fmt >= 4:
+        body["files"] = stamps.stamps(fsspec.filesystem("file"), str(older), sorted(meta["files"]))
+        body = stamps.seal({**body, "format": fmt})
+    (index / INDEX_META).write_text(json.dumps({**body, "format": fmt}))
+    return held
+
+
+@pytest.mark.parametrize("fmt", [2, 5])
+def test_an_index_of_an_older_format_gives_the_same_decisions(client, tmp_path: Path, split, fmt: int) -> None:
+    """Format 6 docs files hold the signatures of the near duplicates a run dropped only; a later run
+    computes the others from OUTPUT's texts. The same index as format 5 held it (every signature) and
+    as format 2 (no text hashes in the band files: their rows fetch them from the docs files, a detour
+    through the index partitions) reaches the same decisions."""
     first, second, _ = split
     run(str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"))
-    shutil.copytree(tmp_path / "out1", tmp_path / "old")
-    meta_path = tmp_path / "old" / INDEX_DIR / INDEX_META
-    meta = json.loads(meta_path.read_text())
-    assert meta["format"] == 5
-    for band_file in (tmp_path / "old" / INDEX_DIR / "bands").glob("*.parquet"):
-        table = pq.read_table(band_file)
-        assert table.column_names == ["band", "key", "doc", "tkey", "tkey2"]
-        pq.write_table(table.select(["band", "key", "doc"]), band_file)
-    older = {k: v for k, v in meta.items() if k not in ("files", "checksum")}  # format 2 records no stamps
-    meta_path.write_text(json.dumps({**older, "format": 2}))
+    assert _as_older_format(tmp_path / "out1", tmp_path / "old", fmt) > 0
     src = str(write_shards(second, tmp_path / "c2", 2))
-    m3 = run(src, str(tmp_path / "new3"), drop=False, against=[str(tmp_path / "out1")])
-    m2 = run(src, str(tmp_path / "new2"), drop=False, against=[str(tmp_path / "old")])
-    assert _clusters(tmp_path / "new2") == _clusters(tmp_path / "new3")
-    assert m2["near_duplicates_of_indexed"] == m3["near_duplicates_of_indexed"] > 10
+    m6 = run(src, str(tmp_path / "new6"), drop=False, against=[str(tmp_path / "out1")])
+    m = run(src, str(tmp_path / "new"), drop=False, against=[str(tmp_path / "old")])
+    assert _clusters(tmp_path / "new") == _clusters(tmp_path / "new6")
+    assert m["near_duplicates_of_indexed"] == m6["near_duplicates_of_indexed"] > 10
     for count in ("candidate_pairs", "confirmed_pairs", "same_text_pairs"):
-        assert m2[count] == m3[count], count
+        assert m[count] == m6[count], count
 
 
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), max_size=60))

@@ -38,11 +38,13 @@ def payload_sigs(column: pd.Series, num_perm: int) -> NDArray[np.uint32]:
     return data.view("<u4").reshape(len(arr), num_perm).astype(np.uint32)
 
 
-def fixed_binary(sigs: NDArray[np.uint32]) -> pa.FixedSizeBinaryArray:
-    """Signatures [n, num_perm] as a fixed-size binary array (the index's docs files)."""
+def fixed_binary(sigs: NDArray[np.uint32], valid: NDArray[np.bool_] | None = None) -> pa.FixedSizeBinaryArray:
+    """Signatures [n, num_perm] as a fixed-size binary array (the index's docs files); `valid`: which
+    rows hold one (the others are nulls, which a Parquet file does not store)."""
     width = 4 * sigs.shape[1] if sigs.ndim == 2 else 0
     blob = np.ascontiguousarray(sigs.astype("<u4")).view(np.uint8).reshape(-1)
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(sigs), [None, pa.py_buffer(blob.tobytes())])
+    bitmap = None if valid is None or valid.all() else pa.array(valid, pa.bool_()).buffers()[1]
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(sigs), [bitmap, pa.py_buffer(blob.tobytes())])
 
 
 def from_fixed_binary(column: pa.Array | pa.ChunkedArray, num_perm: int) -> NDArray[np.uint32]:

@@ -12,7 +12,8 @@ An on-disk LSH index, written by the workers while the job runs, read back by `-
                                 cluster's root id (its own id when kept) and, for a near duplicate,
                                 its root's key (format 5: in this run's key space, where the
                                 earlier indexes follow its own partitions in the order of
-                                index.json's sources), its text hashes, its signature, and where it
+                                index.json's sources), its text hashes, its signature (format 6:
+                                only when OUTPUT does not hold its text, else null), and where it
                                 is in OUTPUT (null when it was dropped)
     _index/ids/part-M.parquet   (h, id) of every document this run read, kept or not, whose id
                                 hash h (`dedup.core.hashing.id_hashes`) falls in range M, sorted by h
@@ -52,8 +53,8 @@ if TYPE_CHECKING:
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
 BANDS, DOCS, IDS = "bands", "docs", "ids"
-FORMAT = 5
-FORMATS_READ = (1, 2, 3, 4, 5)
+FORMAT = 6
+FORMATS_READ = (1, 2, 3, 4, 5, 6)
 """Format 1 indexes hold kept documents only (no `root` column); formats 1 and 2 have no text hashes
 in their band files (a later run fetches them from the docs files): both are read as they are."""
 TKEYS_IN_BANDS = 3
@@ -63,6 +64,11 @@ VERIFIED = 4
 ROOTS_LOCATED = 5
 """The first format whose docs files record where each near duplicate's root is (`root_doc`): what a
 centred run needs to score a new document against the document actually kept in its place."""
+SIGNATURES_FROM_TEXT = 6
+"""The first format whose docs files hold a signature only for the documents whose text OUTPUT does not
+hold (near duplicates the run dropped): a later run computes the others again from OUTPUT's text,
+which the index's stamps verify, for the few documents sharing a bucket with its own. Signatures were
+half the index's bytes, and nine tenths of a docs file's."""
 INDEX_PARAMS = ("num_perm", "num_bands", "rows_per_band", "shingle_size", "shingle_unit", "seed")
 """The parameters a signature and its band keys depend on: an index is usable only when they match."""
 KEY_SPACE = 1 << 64

@@ -153,12 +153,15 @@ def docs_table(ids: Any, roots: Any, keys: NDArray[np.int64], tkeys: tuple[NDArr
                root_docs: NDArray[np.int64] | None = None) -> pa.Table:
     """The index rows of one partition's documents: key, id, its cluster's root id and (for a near
     duplicate) its root's key, text hashes, signature, and where it is in OUTPUT (file None: not
-    written there)."""
-    sig = fixed_binary(sigs)
-    written = pa.array([f is not None for f in files], pa.bool_())
+    written there). `sigs` holds the signatures of the documents not written there only, in order:
+    a document whose text OUTPUT holds has a null signature (`index.SIGNATURES_FROM_TEXT`)."""
+    written = np.array([f is not None for f in files], dtype=bool)
+    full = np.zeros((len(keys), sigs.shape[1] if sigs.ndim == 2 else 0), dtype=np.uint32)
+    full[~written] = sigs
     root_docs = keys if root_docs is None else root_docs
     return pa.table({"doc": pa.array(keys, pa.int64()), "id": pa.array(ids, id_type), "root": pa.array(roots, id_type),
                      "root_doc": pa.array(root_docs, pa.int64(), mask=root_docs == keys),
-                     "tkey": pa.array(tkeys[0], pa.uint64()), "tkey2": pa.array(tkeys[1], pa.uint64()), "signature": sig,
+                     "tkey": pa.array(tkeys[0], pa.uint64()), "tkey2": pa.array(tkeys[1], pa.uint64()),
+                     "signature": fixed_binary(full, ~written),
                      "file": pa.array(files, pa.string()).dictionary_encode(),
-                     "row": pa.array(rows, pa.int64(), mask=~written.to_numpy(zero_copy_only=False))})
+                     "row": pa.array(rows, pa.int64(), mask=~written)})

@@ -184,17 +184,18 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
         return features_meta(params.num_perm, id_dtype)
     keys = np.unique(rows["doc"].to_numpy(np.int64))
     parts = [(q, need) for q in layout.gathered(partition_info["number"]) if len(need := keys[(keys >> ROW_BITS) == q])]
-    found = [_partition_rows(need, q, layout, exact) for q, need in parts]
+    found = [_partition_rows(need, q, layout, exact, params) for q, need in parts]
     if not found:
         return features_meta(params.num_perm, id_dtype)
-    docs = np.concatenate([d for d, _, _ in found])
-    taken = pa.concat_tables([t for _, t, _ in found])
-    texts = [t for _, _, ts in found for t in ts]
+    docs = np.concatenate([d for d, _, _, _ in found])
+    taken = pa.concat_tables([t for _, t, _, _ in found])
+    sigs = np.concatenate([s for _, _, s, _ in found])
+    texts = [t for _, _, _, ts in found for t in ts]
     n = len(docs)
     ids = taken.column("root")
     root_doc = docs.copy()  # a kept document is its own root; a near duplicate names its root's key
     at = 0
-    for (q, _), (d, t, _) in zip(parts, found):
+    for (q, _), (d, t, _, _) in zip(parts, found):
         written = t.column("root_doc")
         has = written.is_valid().to_numpy(zero_copy_only=False)
         if has.any():
@@ -206,17 +207,20 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
                          "tkey": taken.column("tkey").to_numpy(), "tkey2": taken.column("tkey2").to_numpy(),
                          "source": np.full(n, CLEAN, np.int32), "source_gram": np.full(n, -1, np.int64),
                          "skipped": np.zeros(n, bool),
-                         SIG: sig_payload(from_fixed_binary(taken.column("signature"), params.num_perm)).array,
+                         SIG: sig_payload(sigs).array,
                          "_text": pd.Series(texts, dtype=TEXT_DTYPE), ROOT_DOC: root_doc})
 
 
-def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool) -> tuple[NDArray[np.int64], pa.Table,
-                                                                                            list[Any]]:
+def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool, params: Params
+                    ) -> tuple[NDArray[np.int64], pa.Table, NDArray[np.uint32], list[Any]]:
     """Of the sorted keys `need`, all of global index partition q: the keys found, their docs-file
-    rows (doc, id, root, root_doc, tkey, tkey2, signature, file, row) and, with `exact`, their texts."""
+    rows (doc, id, root, root_doc, tkey, tkey2, file, row), their signatures and, with `exact`, their
+    texts. A signature the docs file does not hold (`index.SIGNATURES_FROM_TEXT`) is computed from the
+    document's text in the earlier OUTPUT, as that run computed it."""
     import fsspec
     import pyarrow.parquet as pq
 
+    from dedup.core.minhash import signatures
     from dedup.partition.keyspace import ROW_BITS
 
     part, p, start = layout.locate(q)
@@ -239,19 +243,53 @@ def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool
         taken = taken.append_column("root", taken.column("id"))
     if "root_doc" not in taken.column_names:  # older than ROOTS_LOCATED: a near duplicate stands for its root
         taken = taken.append_column("root_doc", pa.nulls(taken.num_rows, pa.int64()))
-    taken = taken.select(["doc", "id", "root", "root_doc", "tkey", "tkey2", "signature", "file", "row"])
+    column = taken.column("signature").combine_chunks()
+    held = column.is_valid().to_numpy(zero_copy_only=False)
+    sigs = from_fixed_binary(column, params.num_perm) if len(column) else np.zeros((0, params.num_perm), np.uint32)
     texts: list[Any] = [None] * taken.num_rows
-    if exact and taken.num_rows:
-        files = taken.column("file").to_pylist()
-        at = taken.column("row").to_numpy()
-        for name in sorted(set(files)):
-            which = [i for i, f in enumerate(files) if f == name]
-            sfs, spath = fsspec.core.url_to_fs(f"{part.output}/{name}")
-            with sfs.open(spath, "rb") as fh:
-                col = pq.read_table(fh, columns=[part.text_column]).column(0)
-            for i, t in zip(which, col.take(pa.array(at[which])).to_pylist()):
-                texts[i] = t
-    return need[ok] + offset, taken, texts
+    read = np.ones(taken.num_rows, bool) if exact else ~held
+    if read.any():
+        at = np.flatnonzero(read)
+        got = _output_texts(part, [taken.column("file")[i].as_py() for i in at], taken.column("row").to_numpy(
+            zero_copy_only=False)[at])
+        if not held.all():
+            rebuilt = ~held[at]
+            sigs[at[rebuilt]] = signatures([got[i] for i in np.flatnonzero(rebuilt)], num_perm=params.num_perm,
+                                           seed=params.seed, shingle_size=params.shingle_size,
+                                           shingle_unit=params.shingle_unit)
+        if exact:
+            texts = got
+    taken = taken.select(["doc", "id", "root", "root_doc", "tkey", "tkey2", "file", "row"])
+    return need[ok] + offset, taken, sigs, texts
+
+
+def _output_texts(part: IndexPart, files: list[str], rows: NDArray[np.int64]) -> list[Any]:
+    """The texts at (file, row) of the earlier OUTPUT `part` indexes, in the order given: of each file,
+    only the row groups holding one of the rows are read."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    out: list[Any] = [None] * len(files)
+    by_file: dict[str, list[int]] = {}
+    for i, name in enumerate(files):
+        by_file.setdefault(name, []).append(i)
+    for name in sorted(by_file):
+        which = np.asarray(by_file[name], np.int64)
+        want = rows[which].astype(np.int64)
+        fs, path = fsspec.core.url_to_fs(f"{part.output}/{name}")
+        with fs.open(path, "rb") as fh:
+            pf = pq.ParquetFile(fh)
+            md = pf.metadata
+            bounds = np.cumsum([0] + [md.row_group(g).num_rows for g in range(md.num_row_groups)])
+            group_of = np.searchsorted(bounds, want, "right") - 1
+            groups = np.unique(group_of).tolist()
+            col = pf.read_row_groups(groups, columns=[part.text_column]).column(0)
+        first = np.zeros(len(bounds), np.int64)  # where each group read starts in `col`
+        first[groups] = np.cumsum([0] + [md.row_group(g).num_rows for g in groups])[:-1]
+        at = first[group_of] + want - bounds[group_of]
+        for i, text in zip(which, col.take(pa.array(at)).to_pylist()):
+            out[i] = text
+    return out
 
 
 def _groups_holding(pf: Any, need: NDArray[np.int64]) -> list[int]:
