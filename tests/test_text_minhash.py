@@ -183,3 +183,14 @@ def test_signatures_in_chunks_equal_one_batch() -> None:
     assert np.array_equal(signatures(texts, num_perm=16, seed=3), want)
     assert np.array_equal(signatures((t for t in texts), num_perm=16, seed=3), want)
     assert signatures([], num_perm=16).shape == (0, 16)
+    import pyarrow as pa
+
+    from dedup.core.minhash import arrow_signatures
+
+    for kind in (pa.string(), pa.large_string()):  # an Arrow array read in place, sliced: the same rows
+        array = pa.array(["x"] + texts, type=kind).slice(1)
+        assert np.array_equal(arrow_signatures(array, num_perm=16, seed=3), want)
+    assert arrow_signatures(pa.array([], pa.string()), num_perm=16).shape == (0, 16)
+    few = ["ab cd ef gh ij kl", "été à la plage ce soir là-bas", None]
+    assert [list(s) for s in arrow_signatures(pa.array(few), num_perm=8, shingle_size=2)] == \
+        [ref_signature(t or "", 2, 8) for t in few]

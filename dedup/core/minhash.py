@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dedup.core import _kernels
 from dedup.core.hashing import MERSENNE_P, perm_params, shingle_hashes
-from dedup.core.text import TextBatch, _check_size, check_unit, encode_batch
+from dedup.core.text import TextBatch, _check_size, check_unit, encode_arrow, encode_batch
 
 SIGNATURE_DTYPE = np.uint32
 SIGNATURE_CHUNK = 2048
@@ -54,6 +55,21 @@ def signatures(texts: Sequence[str | None], *, num_perm: int = 128, seed: int = 
     for lo in range(0, len(texts), SIGNATURE_CHUNK):
         out[lo:lo + SIGNATURE_CHUNK] = batch_signatures(encode_batch(texts[lo:lo + SIGNATURE_CHUNK]), num_perm=num_perm,
                                                         seed=seed, shingle_size=shingle_size, shingle_unit=shingle_unit)
+    return out
+
+
+def arrow_signatures(array: Any, *, num_perm: int = 128, seed: int = 0, shingle_size: int = 5,
+                     shingle_unit: str = "word") -> NDArray[np.uint32]:
+    """`signatures` of an Arrow string array (nulls count as texts without words), read in place
+    (`encode_arrow`): no Python string is made for an ASCII text."""
+    _check_size("shingle_size", shingle_size)
+    check_unit(shingle_unit)
+    perm_params(num_perm, seed)
+    out = np.empty((len(array), num_perm), dtype=SIGNATURE_DTYPE)
+    for lo in range(0, len(array), SIGNATURE_CHUNK):
+        out[lo:lo + SIGNATURE_CHUNK] = batch_signatures(encode_arrow(array.slice(lo, SIGNATURE_CHUNK)),
+                                                        num_perm=num_perm, seed=seed, shingle_size=shingle_size,
+                                                        shingle_unit=shingle_unit)
     return out
 
 

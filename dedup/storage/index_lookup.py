@@ -12,6 +12,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.config import Params
+from dedup.core.minhash import arrow_signatures
 from dedup.core.text import TEXT_DTYPE
 from dedup.partition.codec import from_fixed_binary
 from dedup.storage.index import TKEYS_IN_BANDS, IndexPart, docs_file
@@ -220,7 +221,6 @@ def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool
     import fsspec
     import pyarrow.parquet as pq
 
-    from dedup.core.minhash import signatures
     from dedup.partition.keyspace import ROW_BITS
 
     part, p, start = layout.locate(q)
@@ -250,46 +250,47 @@ def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool
     read = np.ones(taken.num_rows, bool) if exact else ~held
     if read.any():
         at = np.flatnonzero(read)
-        got = _output_texts(part, [taken.column("file")[i].as_py() for i in at], taken.column("row").to_numpy(
-            zero_copy_only=False)[at])
+        files = taken.column("file").take(pa.array(at)).to_pylist()
+        got = _output_texts(part, files, taken.column("row").take(pa.array(at)).to_numpy())
         if not held.all():
-            rebuilt = ~held[at]
-            sigs[at[rebuilt]] = signatures([got[i] for i in np.flatnonzero(rebuilt)], num_perm=params.num_perm,
-                                           seed=params.seed, shingle_size=params.shingle_size,
-                                           shingle_unit=params.shingle_unit)
+            rebuilt = np.flatnonzero(~held[at])
+            sigs[at[rebuilt]] = arrow_signatures(got.take(pa.array(rebuilt)), num_perm=params.num_perm,
+                                                 seed=params.seed, shingle_size=params.shingle_size,
+                                                 shingle_unit=params.shingle_unit)
         if exact:
-            texts = got
+            texts = got.to_pylist()
     taken = taken.select(["doc", "id", "root", "root_doc", "tkey", "tkey2", "file", "row"])
     return need[ok] + offset, taken, sigs, texts
 
 
-def _output_texts(part: IndexPart, files: list[str], rows: NDArray[np.int64]) -> list[Any]:
-    """The texts at (file, row) of the earlier OUTPUT `part` indexes, in the order given: of each file,
-    only the row groups holding one of the rows are read."""
-    import fsspec
+def _output_texts(part: IndexPart, files: list[str], rows: NDArray[np.int64]) -> pa.Array:
+    """The texts at (file, row) of the earlier OUTPUT `part` indexes, in the order given, as one Arrow
+    string array: of each file, only the text column of the row groups holding one of the rows is read."""
     import pyarrow.parquet as pq
 
-    out: list[Any] = [None] * len(files)
-    by_file: dict[str, list[int]] = {}
-    for i, name in enumerate(files):
-        by_file.setdefault(name, []).append(i)
-    for name in sorted(by_file):
-        which = np.asarray(by_file[name], np.int64)
+    from dedup.storage.shards import open_input
+
+    pieces, order = [], []
+    for name in sorted(set(files)):
+        which = np.flatnonzero(np.asarray([f == name for f in files]))
         want = rows[which].astype(np.int64)
-        fs, path = fsspec.core.url_to_fs(f"{part.output}/{name}")
-        with fs.open(path, "rb") as fh:
+        with open_input(f"{part.output}/{name}") as fh:
             pf = pq.ParquetFile(fh)
             md = pf.metadata
-            bounds = np.cumsum([0] + [md.row_group(g).num_rows for g in range(md.num_row_groups)])
+            sizes = np.asarray([md.row_group(g).num_rows for g in range(md.num_row_groups)], np.int64)
+            bounds = np.concatenate([[0], np.cumsum(sizes)])
             group_of = np.searchsorted(bounds, want, "right") - 1
-            groups = np.unique(group_of).tolist()
-            col = pf.read_row_groups(groups, columns=[part.text_column]).column(0)
-        first = np.zeros(len(bounds), np.int64)  # where each group read starts in `col`
-        first[groups] = np.cumsum([0] + [md.row_group(g).num_rows for g in groups])[:-1]
-        at = first[group_of] + want - bounds[group_of]
-        for i, text in zip(which, col.take(pa.array(at)).to_pylist()):
-            out[i] = text
-    return out
+            groups = np.unique(group_of)
+            col = pf.read_row_groups(groups.tolist(), columns=[part.text_column], use_threads=False).column(0)
+        first = np.zeros(len(sizes), np.int64)  # where each group read starts in `col`
+        first[groups] = np.concatenate([[0], np.cumsum(sizes[groups])[:-1]])
+        taken = col.take(pa.array(first[group_of] + want - bounds[group_of]))
+        pieces.append(taken.cast(pa.large_string()).combine_chunks())
+        order.append(which)
+    if not pieces:
+        return pa.array([], pa.large_string())
+    joined = pa.concat_arrays(pieces)
+    return joined.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
 
 
 def _groups_holding(pf: Any, need: NDArray[np.int64]) -> list[int]:
