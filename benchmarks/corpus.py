@@ -36,6 +36,15 @@ def write_corpus(frame: pd.DataFrame, out: Path, shards: int) -> Path:
     return out
 
 
+def builds(baseline: Path | None) -> list[tuple[str, str | None]]:
+    """(label, PYTHONPATH for `run_cli`) of each build a benchmark runs: an earlier checkout given with
+    `--baseline` first, then this checkout (the dedup installed here)."""
+    found: list[tuple[str, str | None]] = [("this checkout", None)]
+    if baseline is not None:
+        found.insert(0, (f"baseline ({baseline.name})", str(baseline.resolve())))
+    return found
+
+
 def run_cli(src: Path, out: Path, workers: int | None, *extra: str, pythonpath: str | None = None) -> tuple[dict, float]:
     """`dedup run SRC OUT` in a subprocess on a local cluster of `workers` (None: as `extra` says, e.g.
     `--threads 2`; with `pythonpath`, the dedup

@@ -30,7 +30,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpus import corpus_frame, run_cli, write_corpus  # noqa: E402
+from corpus import builds, corpus_frame, run_cli, write_corpus  # noqa: E402
 
 
 def dedup_run(src: Path, out: Path, workers: int, *extra: str, build: str | None = None) -> tuple[dict, float]:
@@ -61,9 +61,7 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="a checkout of an earlier build, run beside this one")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dedup-incremental-"))
-    builds: list[tuple[str, str | None]] = [("this checkout", None)]
-    if args.baseline:
-        builds.insert(0, (f"baseline ({args.baseline.name})", str(args.baseline.resolve())))
+    runs = builds(args.baseline)
     print("| build | documents | new | full run s (wall) | old part s | new --against old s (wall) | share of the full run "
           "(job / wall) | index bytes per document | new docs clustered: full / incremental / both |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -78,16 +76,16 @@ def main() -> None:
             write_corpus(old, every / "old", shards=16)
             write_corpus(new, every / "new", shards=2)
             olds = {label: dedup_run(work / "old", work / f"out-old-{i}", args.workers, build=path)[0]
-                    for i, (label, path) in enumerate(builds)}
-            incs: dict[str, list[tuple[dict, float]]] = {label: [] for label, _ in builds}
-            alls: dict[str, list[tuple[dict, float]]] = {label: [] for label, _ in builds}
+                    for i, (label, path) in enumerate(runs)}
+            incs: dict[str, list[tuple[dict, float]]] = {label: [] for label, _ in runs}
+            alls: dict[str, list[tuple[dict, float]]] = {label: [] for label, _ in runs}
             for _ in range(args.repeats):
-                for i, (label, path) in enumerate(builds):
+                for i, (label, path) in enumerate(runs):
                     incs[label].append(dedup_run(work / "new", work / f"out-new-{i}", args.workers, "--against",
                                                  str(work / f"out-old-{i}"), build=path))
                     alls[label].append(dedup_run(every, work / f"out-all-{i}", args.workers, build=path))
             new_ids = set(new["id"])
-            for i, (label, _) in enumerate(builds):
+            for i, (label, _) in enumerate(runs):
                 (m_inc, wall_inc), (m_all, wall_all) = median_run(incs[label]), median_run(alls[label])
                 full = clustered(work / f"out-all-{i}", new_ids)
                 inc = clustered(work / f"out-new-{i}", new_ids)

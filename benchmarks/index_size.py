@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import corpus_frame, run_cli  # noqa: E402
+from corpus import builds, corpus_frame, run_cli  # noqa: E402
 from corpus import write_corpus as write_long  # noqa: E402
 from scale import write_corpus as write_short  # noqa: E402
 
@@ -52,9 +52,7 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="a checkout of an earlier build, run on the same corpora")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dedup-index-size-"))
-    builds: list[tuple[str, str | None]] = [("this checkout", None)]
-    if args.baseline:
-        builds.insert(0, (f"baseline ({args.baseline.name})", str(args.baseline.resolve())))
+    runs = builds(args.baseline)
     print("| corpus | build | kept documents | index B/doc | bands | docs | ids | index / shards |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     try:
@@ -63,7 +61,7 @@ def main() -> None:
         for name, write in corpora.items():
             src = work / "in"
             write(src)
-            for label, path in builds:
+            for label, path in runs:
                 out = work / "out"
                 run_cli(src, out, args.workers, pythonpath=path)
                 m = measure(out)
