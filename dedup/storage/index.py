@@ -67,8 +67,8 @@ centred run needs to score a new document against the document actually kept in 
 SIGNATURES_FROM_TEXT = 6
 """The first format whose docs files hold a signature only for the documents whose text OUTPUT does not
 hold (near duplicates the run dropped): a later run computes the others again from OUTPUT's text,
-which the index's stamps verify, for the few documents sharing a bucket with its own. Signatures were
-half the index's bytes, and nine tenths of a docs file's."""
+which the index's stamps verify, for the documents sharing a bucket with its own. Signatures were about
+half the index's bytes (docs/operations.md)."""
 INDEX_PARAMS = ("num_perm", "num_bands", "rows_per_band", "shingle_size", "shingle_unit", "seed")
 """The parameters a signature and its band keys depend on: an index is usable only when they match."""
 KEY_SPACE = 1 << 64
