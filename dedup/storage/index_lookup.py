@@ -271,8 +271,9 @@ def _output_texts(part: IndexPart, files: list[str], rows: NDArray[np.int64]) ->
     from dedup.storage.shards import open_input
 
     pieces, order = [], []
-    for name in sorted(set(files)):
-        which = np.flatnonzero(np.asarray([f == name for f in files]))
+    names, of_file = np.unique(np.asarray(files, dtype=object), return_inverse=True)
+    for i, name in enumerate(names.tolist()):
+        which = np.flatnonzero(of_file == i)
         want = rows[which].astype(np.int64)
         with open_input(f"{part.output}/{name}") as fh:
             pf = pq.ParquetFile(fh)
