@@ -89,6 +89,19 @@ def _signature(text: str, k: int, num_perm: int, seed: int, unit: str) -> tuple[
     return tuple(min(((a * x + b) % P for x in xs), default=P) for a, b in _perm_params(num_perm, seed))
 
 
+def ref_band_keys(signature: list[int], num_bands: int = 16, rows_per_band: int = 8) -> list[int]:
+    """Contract §4: FNV-1a 64 of (band as uint32, its rows as uint32), little-endian; 0 becomes 1, and a
+    signature of no shingles (every value P) has no keys (0)."""
+    if all(v == P for v in signature):
+        return [0] * num_bands
+    out = []
+    for b in range(num_bands):
+        rows = signature[b * rows_per_band:(b + 1) * rows_per_band]
+        data = b"".join(x.to_bytes(4, "little") for x in [b, *rows])
+        out.append(ref_fnv1a64(data) or 1)
+    return out
+
+
 def ref_clusters(ids: list[str], texts: list[str], *, mode: str, threshold: float, confirm: str, k: int = 5,
                  num_perm: int = 128, num_bands: int = 16, rows_per_band: int = 8, seed: int = 0,
                  rank: dict[str, object] | None = None) -> dict[str, tuple[str, float | None]]:

@@ -140,3 +140,36 @@ def test_closest_matches_take_the_closer_text_when_two_offer_the_same_id() -> No
                                                    np.array(right, np.int64), np.full(2, 0.9, np.float32),
                                                    np.array(jaccard, np.float32), exact=True)
         assert rank[matched[0]] == 0 and jac[0] == np.float32(0.95) and est[0] == np.float32(0.9)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 15), st.sampled_from(["same", "low bits", "other band"])),
+                min_size=1, max_size=30))
+def test_a_key_prefix_match_counts_only_where_the_whole_key_does(offers: list[tuple[int, int, str]]) -> None:
+    """Format 7 band files hold the upper 32 bits of each key: a new (band, key) takes every indexed
+    document with that prefix, and the document's signature then keeps exactly the rows whose whole
+    key, in that band, is the new one (the set a whole-key index gives, computed here directly)."""
+    import pyarrow as pa
+
+    from dedup.config import Params
+    from dedup.core.lsh import band_keys
+    from dedup.core.minhash import signatures
+    from dedup.storage.index_files import key_prefixes
+    from dedup.storage.index_lookup import _bucket_codes, _prefix_matches, verified
+
+    params = Params()
+    sigs = signatures([f"indexed document number {i} with some words of its own {i * 7}" for i in range(6)])
+    whole = band_keys(sigs, num_bands=params.num_bands, rows_per_band=params.rows_per_band)  # [doc, band]
+    docs = np.arange(6, dtype=np.int64)
+    bands = pa.table({"key": pa.array(key_prefixes(whole.ravel())), "doc": pa.array(np.repeat(docs, whole.shape[1]))})
+    new = []  # (band, key) of this run: a document's own key, its prefix with other low bits, or another band's key
+    for d, b, how in offers:
+        key = int(whole[d, b])
+        new.append((b, key) if how == "same" else (b, key ^ 0x5A5A) if how == "low bits" else ((b + 1) % 16, key))
+    keys, which = np.unique(np.array([k for _, k in new], np.uint64), return_inverse=True)
+    codes = np.sort(_bucket_codes(which, np.array([b for b, _ in new])))
+    rows = _prefix_matches(bands, keys, codes, np.int64(0))
+    kept = rows[verified(rows, docs, sigs, params)]
+    expect = {(b, k, d) for b, k in set(new) for d in range(6) if int(whole[d, b]) == k}
+    assert set(zip(kept["band"].tolist(), kept["key"].tolist(), kept["doc"].tolist())) == expect
+    assert len(kept) == len(expect)  # each once
+    assert len(rows) >= len(set(new))  # every offer found its document by prefix, true or not

@@ -303,10 +303,12 @@ def test_gathered_index_partitions_hold_each_indexed_key_once(sizes: list[int], 
 
 
 def _as_older_format(out: Path, older: Path, fmt: int) -> int:
-    """`out`'s index rewritten in `older` (a copy of `out`) as index format `fmt` held it: a signature
-    in every docs-file row (those format 6 leaves to OUTPUT's texts computed here by the plain-Python
-    reference); before format 3, no text hashes in the band files; before format 4, no stamps (else
-    the rewritten files stamped again). The number of signatures format 6 held (its dropped documents')."""
+    """`out`'s index rewritten in `older` (a copy of `out`) as index format `fmt` held it, from what
+    the plain-Python reference computes: before format 7, band files of (band, whole key, doc, text
+    hashes), each key from the signature of its document; before format 6, a signature in every
+    docs-file row (format 6 on, those of the documents whose text OUTPUT holds are left to it); before
+    format 3, no text hashes in the band files; before format 4, no stamps (else the rewritten files
+    stamped again). The number of signatures the docs files held (the dropped documents')."""
     import shutil
     import struct
 
@@ -315,14 +317,15 @@ def _as_older_format(out: Path, older: Path, fmt: int) -> int:
     import pyarrow.parquet as pq
 
     from dedup.storage import stamps
-    from tests.reference import ref_signature
+    from dedup.storage.index import key_step
+    from tests.reference import ref_band_keys, ref_signature
 
     shutil.copytree(out, older)
     index = older / INDEX_DIR
     meta = json.loads((index / INDEX_META).read_text())
-    assert meta["format"] == 6
+    assert meta["format"] == 7
     texts = {f.name: pq.read_table(f, columns=["text"]).column(0).to_pylist() for f in older.glob("*.parquet")}
-    held = 0
+    held, sig_of, tkeys_of = 0, {}, {}
     for docs in sorted((index / "docs").glob("*.parquet")):
         table = pq.read_table(docs)
         files, rows = table.column("file").to_pylist(), table.column("row").to_pylist()
@@ -332,13 +335,26 @@ def _as_older_format(out: Path, older: Path, fmt: int) -> int:
         held += sum(has)
         every = [s if ok else struct.pack("<128I", *ref_signature(texts[f][r]))
                  for s, ok, f, r in zip(sig.to_pylist(), has, files, rows)]
-        at = table.schema.get_field_index("signature")
-        pq.write_table(table.set_column(at, "signature", pa.array(every, sig.type)), docs)
-    if fmt < 3:
-        for bands in (index / "bands").glob("*.parquet"):
-            table = pq.read_table(bands)
-            assert table.column_names == ["band", "key", "doc", "tkey", "tkey2"]
-            pq.write_table(table.select(["band", "key", "doc"]), bands)
+        for d, s, t, t2 in zip(table.column("doc").to_pylist(), every, table.column("tkey").to_pylist(),
+                               table.column("tkey2").to_pylist()):
+            sig_of[d], tkeys_of[d] = list(struct.unpack("<128I", s)), (t, t2)
+        if fmt < 6:
+            at = table.schema.get_field_index("signature")
+            pq.write_table(table.set_column(at, "signature", pa.array(every, sig.type)), docs)
+    step = key_step(meta["bucket_partitions"])
+    for bands in (index / "bands").glob("*.parquet"):
+        m = int(bands.stem.rsplit("-", 1)[1])
+        table = pq.read_table(bands)
+        assert table.column_names == ["key", "doc"] and table.schema.field("key").type == pa.uint32()
+        rows = sorted({(k, b, d) for p, d in zip(table.column("key").to_pylist(), table.column("doc").to_pylist())
+                       if d in sig_of  # a row of no docs-file document is never matched
+                       for b, k in enumerate(ref_band_keys(sig_of[d])) if k >> 32 == p and k // step == m})
+        whole = {"band": pa.array([b for _, b, _ in rows], pa.uint8()), "key": pa.array([k for k, _, _ in rows], pa.uint64()),
+                 "doc": pa.array([d for _, _, d in rows], pa.int64())}
+        if fmt >= 3:
+            whole["tkey"] = pa.array([tkeys_of[d][0] for _, _, d in rows], pa.uint64())
+            whole["tkey2"] = pa.array([tkeys_of[d][1] for _, _, d in rows], pa.uint64())
+        pq.write_table(pa.table(whole), bands)
     body = {k: v for k, v in meta.items() if k not in ("files", "checksum")}
     if fmt >= 4:
         body["files"] = stamps.stamps(fsspec.filesystem("file"), str(older), sorted(meta["files"]))
@@ -348,21 +364,23 @@ def _as_older_format(out: Path, older: Path, fmt: int) -> int:
 
 
 def test_an_index_of_an_older_format_gives_the_same_decisions(client, tmp_path: Path, split) -> None:
-    """Format 6 docs files hold the signatures of the near duplicates a run dropped only; a later run
-    computes the others from OUTPUT's texts. The same index as format 5 held it (every signature) and
-    as format 2 (no text hashes in the band files either: their rows fetch them from the docs files, a
-    detour through the index partitions) reaches the same decisions."""
+    """Format 7 band files hold key prefixes, and its docs files the signatures of the near duplicates
+    a run dropped only; a later run confirms every prefix match by the document's signature, and
+    computes the missing signatures from OUTPUT's texts. The same index as format 6 held it (whole
+    keys and text hashes in the band files: the matched rows join the buckets as read), as format 5
+    (every signature too) and as format 2 (whole keys, no text hashes: a detour through the index
+    partitions) reaches the same decisions."""
     first, second, _ = split
     run(str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"))
     src = str(write_shards(second, tmp_path / "c2", 2))
-    m6 = run(src, str(tmp_path / "new6"), drop=False, against=[str(tmp_path / "out1")])
-    for fmt in (5, 2):
+    m7 = run(src, str(tmp_path / "new7"), drop=False, against=[str(tmp_path / "out1")])
+    for fmt in (6, 5, 2):
         assert _as_older_format(tmp_path / "out1", tmp_path / f"old{fmt}", fmt) > 0
         m = run(src, str(tmp_path / f"new{fmt}"), drop=False, against=[str(tmp_path / f"old{fmt}")])
-        assert _clusters(tmp_path / f"new{fmt}") == _clusters(tmp_path / "new6"), fmt
-        assert m["near_duplicates_of_indexed"] == m6["near_duplicates_of_indexed"] > 10
+        assert _clusters(tmp_path / f"new{fmt}") == _clusters(tmp_path / "new7"), fmt
+        assert m["near_duplicates_of_indexed"] == m7["near_duplicates_of_indexed"] > 10
         for count in ("candidate_pairs", "confirmed_pairs", "same_text_pairs"):
-            assert m[count] == m6[count], (fmt, count)
+            assert m[count] == m7[count], (fmt, count)
 
 
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), max_size=60))

@@ -81,7 +81,8 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
         if layout.direct(exact):  # the features are read beside the buckets, not on their way
             joined = matched
         else:  # text hashes, and which documents take part, come from the docs files: and back
-            kept = dd.map_partitions(index_lookup.kept_rows, at_docs, idx_feat, meta=LONG_META, align_dataframes=False)
+            kept = dd.map_partitions(index_lookup.kept_rows, at_docs, idx_feat, params, meta=LONG_META,
+                                    align_dataframes=False)
             joined = route_ranges(kept, k)
         combined = dd.map_partitions(_both, ranged, joined, meta=LONG_META, align_dataframes=False)
     edges = combined.map_partitions(bucket_edges, params.max_bucket, first_indexed, meta=EDGE_META)

@@ -3,9 +3,10 @@
 An on-disk LSH index, written by the workers while the job runs, read back by `--against`:
 
     _index/index.json           parameters' fingerprint, id type, layout, counts, earlier indexes
-    _index/bands/part-M.parquet (band, key, doc, tkey, tkey2) of this run's documents whose band key
-                                k falls in bucket range M (k // step == M), sorted by key, with
-                                their text hashes (format 3)
+    _index/bands/part-M.parquet (key, doc) of this run's documents whose band key k falls in bucket
+                                range M (k // step == M): the upper 32 bits of k (format 7; formats
+                                3-6 held (band, key, doc, tkey, tkey2), the whole key and the text
+                                hashes), sorted by key, then doc
     _index/docs/part-P.parquet  (doc, id, root, root_doc, tkey, tkey2, signature, file, row) of each
                                 document this run kept and of each near duplicate it found (with
                                 the band rows of its text), input partition P, sorted by doc: its
@@ -53,8 +54,8 @@ if TYPE_CHECKING:
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
 BANDS, DOCS, IDS = "bands", "docs", "ids"
-FORMAT = 6
-FORMATS_READ = (1, 2, 3, 4, 5, 6)
+FORMAT = 7
+FORMATS_READ = (1, 2, 3, 4, 5, 6, 7)
 """Format 1 indexes hold kept documents only (no `root` column); formats 1 and 2 have no text hashes
 in their band files (a later run fetches them from the docs files): both are read as they are."""
 TKEYS_IN_BANDS = 3
@@ -69,6 +70,12 @@ SIGNATURES_FROM_TEXT = 6
 hold (near duplicates the run dropped): a later run computes the others again from OUTPUT's text,
 which the index's stamps verify, for the documents sharing a bucket with its own. Signatures were about
 half the index's bytes (docs/operations.md)."""
+KEY_PREFIXES = 7
+"""The first format whose band files hold only the upper 32 bits of each band key and the document
+(delta-encoded, a key costs about 2 bytes instead of 8, and no band or text hashes): a later run
+takes every indexed document whose prefix equals one of its own keys', then keeps only the (band, key)
+its signature gives, so what it matches is exactly what whole keys match. Band rows were three
+quarters of the index's bytes (docs/operations.md)."""
 INDEX_PARAMS = ("num_perm", "num_bands", "rows_per_band", "shingle_size", "shingle_unit", "seed")
 """The parameters a signature and its band keys depend on: an index is usable only when they match."""
 KEY_SPACE = 1 << 64

@@ -11,14 +11,18 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.partition.codec import fixed_binary
-from dedup.storage.index import BANDS, IDS, KEY_SPACE, IndexPart, band_file, docs_file, ids_file
+from dedup.storage.index import BANDS, IDS, KEY_PREFIXES, KEY_SPACE, IndexPart, band_file, docs_file, ids_file
 
 if TYPE_CHECKING:
     pass
 
 
-BAND_SCHEMA = pa.schema([("band", pa.uint8()), ("key", pa.uint64()), ("doc", pa.int64()), ("tkey", pa.uint64()),
-                         ("tkey2", pa.uint64())])
+BAND_SCHEMA = pa.schema([("key", pa.uint32()), ("doc", pa.int64())])
+"""A band file's columns (`index.KEY_PREFIXES`): the upper 32 bits of a band key, the document's key."""
+OLD_BAND_SCHEMA = pa.schema([("band", pa.uint8()), ("key", pa.uint64()), ("doc", pa.int64()), ("tkey", pa.uint64()),
+                             ("tkey2", pa.uint64())])
+"""A band file's columns in formats 3 to 6 (before format 3, without the text hashes)."""
+PREFIX_SHIFT = np.uint64(32)
 DOCS_ROW_GROUP = 2048
 """Rows per row group of a docs file: a later run reads only the groups holding documents it needs."""
 
@@ -28,6 +32,9 @@ RANDOM_COLUMNS = frozenset({"key", "tkey", "tkey2", "signature", "h"})
 both only costs time when writing and reading."""
 DICTIONARY_COLUMNS = ("band", "file")
 """Index columns with few distinct values: dictionary-encoded. The rest are compressed with zstd."""
+DELTA_COLUMNS = {"key": "DELTA_BINARY_PACKED"}
+"""Sorted index columns of hash bits stored as the differences between neighbours (a band file's key
+prefixes: about 13 bits a row where the values take 32)."""
 
 
 def _sort_order(columns: list[NDArray[Any]]) -> NDArray[np.intp]:
@@ -67,7 +74,9 @@ def _write_sorted(table: pa.Table, keys: tuple[str, ...], path_url: str, row_gro
     with fs.open(path, "wb") as fh:
         pq.write_table(table.take(pa.array(order)), fh, row_group_size=row_group,
                        use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names] or False,
-                       compression={c: "none" if c in RANDOM_COLUMNS else "zstd" for c in names})
+                       compression={c: "none" if c in RANDOM_COLUMNS else "zstd" for c in names},
+                       column_encoding={c: e for c, e in DELTA_COLUMNS.items()
+                                        if c in names and pa.types.is_uint32(table.schema.field(c).type)} or None)
     return int(fs.size(path))
 
 
@@ -76,10 +85,16 @@ def write_docs(table: pa.Table, root: str, p: int) -> int:
     return _write_sorted(table, ("doc",), docs_file(root, p), DOCS_ROW_GROUP)
 
 
+def key_prefixes(keys: NDArray[np.uint64]) -> NDArray[np.uint32]:
+    """The upper 32 bits of each band key: what a band file holds of it (`index.KEY_PREFIXES`)."""
+    return (np.asarray(keys, dtype=np.uint64) >> PREFIX_SHIFT).astype(np.uint32)
+
+
 def write_bands(rows: Any, root: str, m: int) -> int:
-    """Write one bucket range's rows (band, key, doc, tkey, tkey2), sorted by key, band and doc; bytes written."""
-    table = pa.table({c: rows[c].to_numpy() for c in BAND_SCHEMA.names}, schema=BAND_SCHEMA)
-    return _write_sorted(table, ("key", "band", "doc"), band_file(root, m))
+    """Write one bucket range's band rows as (key prefix, doc), sorted by both; bytes written."""
+    table = pa.table({"key": key_prefixes(rows["key"].to_numpy(np.uint64)), "doc": rows["doc"].to_numpy(np.int64)},
+                     schema=BAND_SCHEMA)
+    return _write_sorted(table, ("key", "doc"), band_file(root, m))
 
 
 def write_ids(h: NDArray[np.uint64], ids: Any, id_type: pa.DataType, root: str, m: int) -> int:
@@ -102,17 +117,24 @@ def read_range(part: IndexPart, kind: str, m: int, parts: int, column: str) -> p
         if whole:  # the usual case: this run's ranges are the index's (no filter to evaluate)
             tables.append(dataset.to_table())
             continue
-        flt = pc.field(column) >= pa.scalar(lo, pa.uint64())
-        if hi < KEY_SPACE:
-            flt = flt & (pc.field(column) < pa.scalar(hi, pa.uint64()))
+        if kind == BANDS and part.format >= KEY_PREFIXES:  # every prefix the range's keys can have
+            flt = (pc.field(column) >= pa.scalar(lo >> 32, pa.uint32())) & \
+                  (pc.field(column) <= pa.scalar((hi - 1) >> 32, pa.uint32()))
+        else:
+            flt = pc.field(column) >= pa.scalar(lo, pa.uint64())
+            if hi < KEY_SPACE:
+                flt = flt & (pc.field(column) < pa.scalar(hi, pa.uint64()))
         tables.append(dataset.to_table(filter=flt))
     if tables:
         return pa.concat_tables(tables)
-    return BAND_SCHEMA.empty_table() if kind == BANDS else pa.table({"h": pa.array([], pa.uint64())})
+    if kind == BANDS:
+        return (BAND_SCHEMA if part.format >= KEY_PREFIXES else OLD_BAND_SCHEMA).empty_table()
+    return pa.table({"h": pa.array([], pa.uint64())})
 
 
 def read_bands(part: IndexPart, m: int, parts: int) -> pa.Table:
-    """The index rows of `part` whose band key is in bucket range m of `parts`."""
+    """The index rows of `part` whose band key is in bucket range m of `parts` (format 7 on: whose key
+    prefix can be one of that range's)."""
     return read_range(part, BANDS, m, parts, "key")
 
 

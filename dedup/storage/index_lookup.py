@@ -15,8 +15,8 @@ from dedup.config import Params
 from dedup.core.minhash import arrow_signatures
 from dedup.core.text import TEXT_DTYPE
 from dedup.partition.codec import from_fixed_binary
-from dedup.storage.index import TKEYS_IN_BANDS, IndexPart, docs_file
-from dedup.storage.index_files import read_bands
+from dedup.storage.index import KEY_PREFIXES, TKEYS_IN_BANDS, IndexPart, docs_file
+from dedup.storage.index_files import key_prefixes, read_bands
 
 if TYPE_CHECKING:
     from dedup.partition.keyspace import Placement
@@ -63,10 +63,10 @@ class Layout:
         return Placement(self.first, self.group)
 
     def direct(self, exact: bool) -> bool:
-        """Whether matched band rows can join the buckets as read: they carry their text hashes, and
-        every document they name is in a docs file (with `exact`, only those whose text is in their
-        output take part, which the docs files tell)."""
-        return not exact and all(p.format >= TKEYS_IN_BANDS for p in self.parts)
+        """Whether matched band rows can join the buckets as read: they carry their text hashes and
+        whole keys (formats 3 to 6), and every document they name is in a docs file (with `exact`,
+        only those whose text is in their output take part, which the docs files tell)."""
+        return not exact and all(TKEYS_IN_BANDS <= p.format < KEY_PREFIXES for p in self.parts)
 
     @property
     def first_key(self) -> int:
@@ -106,7 +106,10 @@ class Layout:
 
 def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str, Any] | None = None) -> Any:
     """The index band rows of this bucket range that share a (band, key) with this run's rows `new`,
-    with global document keys and their text hashes (0 for indexes older than `TKEYS_IN_BANDS`)."""
+    with global document keys and their text hashes (0 for indexes older than `TKEYS_IN_BANDS`). From
+    an index of format `KEY_PREFIXES` on, those that share a key prefix: each as a row (band, key, doc)
+    for every (band, key) of this run with that prefix, which the document's signature confirms or
+    not where it is read (`verified`)."""
     import pandas as pd
 
     from dedup.partition.buckets import LONG_META
@@ -122,6 +125,9 @@ def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str,
         table = read_bands(part, m, parts)
         if table.num_rows == 0:
             continue
+        if part.format >= KEY_PREFIXES:
+            found.append(_prefix_matches(table, keys, buckets, np.int64(start << ROW_BITS)))
+            continue
         at = _positions_of(table.column("key").to_numpy(), keys)
         if not len(at):
             continue
@@ -136,6 +142,46 @@ def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str,
     if not found:
         return LONG_META.copy()
     return pd.concat(found, ignore_index=True).astype(LONG_META.dtypes.to_dict())
+
+
+def _prefix_matches(table: pa.Table, keys: NDArray[np.uint64], buckets: NDArray[np.int64], offset: np.int64) -> Any:
+    """Of a band file's (key prefix, doc) rows, those whose prefix is one of this run's (band, key)
+    (`buckets`, codes over the sorted distinct `keys`): one row (band, key, doc) for each such pair,
+    doc as a global key, no text hashes."""
+    import pandas as pd
+
+    from dedup.partition.buckets import LONG_META
+
+    codes = np.unique(buckets)
+    bkey, bband = keys[codes // 256], (codes % 256).astype(np.uint8)
+    bpre = key_prefixes(bkey)  # ascending, as the keys are
+    column = table.column("key").to_numpy()
+    at = _positions_of(column, np.unique(bpre))
+    pre, doc = column[at], table.column("doc").to_numpy()[at]
+    lo, hi = np.searchsorted(bpre, pre, "left"), np.searchsorted(bpre, pre, "right")
+    n = hi - lo
+    which = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(n.sum(), dtype=np.int64)
+    zero = np.zeros(len(which), np.uint64)
+    out = pd.DataFrame({"band": bband[which], "key": bkey[which], "doc": np.repeat(doc, n) + offset,
+                        "tkey": zero, "tkey2": zero})  # a document with one prefix in two bands: twice
+    return out.drop_duplicates(["band", "key", "doc"])[list(LONG_META.columns)]
+
+
+def verified(rows: Any, docs: NDArray[np.int64], sigs: NDArray[np.uint32], params: Params) -> NDArray[np.bool_]:
+    """Which matched band rows (band, key, doc) their document's signature gives: `docs` sorted, `sigs`
+    theirs. A row read by its key prefix (`index.KEY_PREFIXES`) may name another key; a row whose
+    document is not among `docs` (not in the docs files, or without text for exact Jaccard) takes no part."""
+    from dedup.core.lsh import band_keys
+
+    doc = rows["doc"].to_numpy(np.int64)
+    if not len(docs):
+        return np.zeros(len(doc), bool)
+    pos = np.minimum(np.searchsorted(docs, doc), len(docs) - 1)
+    ok = docs[pos] == doc
+    keys = band_keys(sigs, num_bands=params.num_bands, rows_per_band=params.rows_per_band)
+    band = rows["band"].to_numpy(np.int64)
+    ok[ok] = keys[pos[ok], band[ok]] == rows["key"].to_numpy(np.uint64)[ok]
+    return ok
 
 
 def _bucket_codes(key_index: NDArray[np.int64], band: NDArray[Any]) -> NDArray[np.int64]:
@@ -204,6 +250,12 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
             values = written.fill_null(0).to_numpy()
             root_doc[at:at + len(d)][has] = layout.translate(part, values[has].astype(np.int64))
         at += len(d)
+    if "band" in rows.columns:  # matched band rows: the documents one of them names truly (`verified`)
+        held = np.isin(docs, rows["doc"].to_numpy(np.int64)[verified(rows, docs, sigs, params)])
+        if not held.all():
+            docs, sigs, taken, root_doc = docs[held], sigs[held], taken.filter(pa.array(held)), root_doc[held]
+            texts = [t for t, h in zip(texts, held) if h]
+            ids, n = taken.column("root"), len(docs)
     return pd.DataFrame({"_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=id_dtype), "doc": docs,
                          "tkey": taken.column("tkey").to_numpy(), "tkey2": taken.column("tkey2").to_numpy(),
                          "source": np.full(n, CLEAN, np.int32), "source_gram": np.full(n, -1, np.int64),
@@ -310,13 +362,15 @@ def _groups_holding(pf: Any, need: NDArray[np.int64]) -> list[int]:
     return out
 
 
-def kept_rows(rows: Any, feat: Any) -> Any:
-    """The matched band rows whose document is in the index partition's features (one a run kept),
-    with its text hashes."""
+def kept_rows(rows: Any, feat: Any, params: Params) -> Any:
+    """The matched band rows whose document is in the index partition's features (one a run kept)
+    and whose (band, key) its signature gives (`verified`), with its text hashes."""
     from dedup.partition.buckets import LONG_META
+    from dedup.partition.features import signatures_of
 
-    if rows.empty:
+    if rows.empty or feat.empty:
         return LONG_META.copy()
-    at = feat[["doc", "tkey", "tkey2"]]
-    out = rows[["band", "key", "doc"]].merge(at, on="doc", how="inner")
+    docs = feat["doc"].to_numpy(np.int64)  # in key order (`index_features`)
+    rows = rows[verified(rows, docs, signatures_of(feat, params.num_perm), params)]
+    out = rows[["band", "key", "doc"]].merge(feat[["doc", "tkey", "tkey2"]], on="doc", how="inner")
     return out[list(LONG_META.columns)].reset_index(drop=True)
