@@ -32,9 +32,10 @@ RANDOM_COLUMNS = frozenset({"key", "tkey", "tkey2", "signature", "h"})
 both only costs time when writing and reading."""
 DICTIONARY_COLUMNS = ("band", "file")
 """Index columns with few distinct values: dictionary-encoded. The rest are compressed with zstd."""
-DELTA_COLUMNS = {"key": "DELTA_BINARY_PACKED"}
-"""Sorted index columns of hash bits stored as the differences between neighbours (a band file's key
-prefixes: about 13 bits a row where the values take 32)."""
+BAND_ENCODINGS = {"key": "DELTA_BINARY_PACKED", "doc": "BYTE_STREAM_SPLIT"}
+"""How a band file stores its columns: the sorted key prefixes as differences between neighbours
+(about 13 bits a row where the values take 32), the document keys byte plane by byte plane, which
+zstd then shrinks far better (their upper bytes are mostly zero): about 2.4 bytes a row, not 3.0."""
 
 
 def _sort_order(columns: list[NDArray[Any]]) -> NDArray[np.intp]:
@@ -58,7 +59,8 @@ def _sort_order(columns: list[NDArray[Any]]) -> NDArray[np.intp]:
     return order
 
 
-def _write_sorted(table: pa.Table, keys: tuple[str, ...], path_url: str, row_group: int = 64 * 1024) -> int:
+def _write_sorted(table: pa.Table, keys: tuple[str, ...], path_url: str, row_group: int = 64 * 1024,
+                  encodings: dict[str, str] | None = None) -> int:
     """Write `table` sorted by `keys` (the first one primary); they must make rows unique, so the file's
     bytes never depend on the order rows arrived in (the shuffle's, which differs between schedulers)."""
     import fsspec
@@ -75,8 +77,7 @@ def _write_sorted(table: pa.Table, keys: tuple[str, ...], path_url: str, row_gro
         pq.write_table(table.take(pa.array(order)), fh, row_group_size=row_group,
                        use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names] or False,
                        compression={c: "none" if c in RANDOM_COLUMNS else "zstd" for c in names},
-                       column_encoding={c: e for c, e in DELTA_COLUMNS.items()
-                                        if c in names and pa.types.is_uint32(table.schema.field(c).type)} or None)
+                       column_encoding=encodings)
     return int(fs.size(path))
 
 
@@ -94,7 +95,7 @@ def write_bands(rows: Any, root: str, m: int) -> int:
     """Write one bucket range's band rows as (key prefix, doc), sorted by both; bytes written."""
     table = pa.table({"key": key_prefixes(rows["key"].to_numpy(np.uint64)), "doc": rows["doc"].to_numpy(np.int64)},
                      schema=BAND_SCHEMA)
-    return _write_sorted(table, ("key", "doc"), band_file(root, m))
+    return _write_sorted(table, ("key", "doc"), band_file(root, m), encodings=BAND_ENCODINGS)
 
 
 def write_ids(h: NDArray[np.uint64], ids: Any, id_type: pa.DataType, root: str, m: int) -> int:
