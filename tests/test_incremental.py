@@ -385,8 +385,9 @@ def test_an_index_of_an_older_format_gives_the_same_decisions(client, tmp_path: 
 
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), max_size=60))
 def test_index_files_sort_like_a_lexsort_of_every_row(rows: list[tuple[int, int]]) -> None:
-    """Band files are sorted by key, then band and doc (ties re-sorted only where keys repeat): the
-    same order as numpy's lexsort, so their bytes never depend on the order rows arrived in."""
+    """Index files are sorted by their columns in order (band files by key prefix, then doc; ties
+    re-sorted only where the first column repeats): the same order as numpy's lexsort, so their
+    bytes never depend on the order rows arrived in."""
     from dedup.storage.index_files import _sort_order
 
     key = np.array([r[0] for r in rows], dtype=np.uint64)

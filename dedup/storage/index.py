@@ -24,7 +24,8 @@ partitioned exactly like the bucket shuffle, so a later run joins each of its bu
 with the index rows of the same key range, without shuffling the index. A later run treats an
 indexed near duplicate as its root (whose id it takes): a new document like it joins that
 cluster, as it would in one run over both. A band row whose document is not in the docs files
-(a contaminated document, or a same-text copy) is never matched. A run made with `--against`
+(a contaminated document, or a same-text copy) is never matched; nor is one whose prefix matches
+but whose document's signature gives another key (`KEY_PREFIXES`). A run made with `--against`
 references the earlier indexes in its index.json instead of copying them.
 """
 
