@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from dedup.config import (
     CLIENT_COMPONENT_EDGES,
@@ -16,6 +17,7 @@ from dedup.config import (
     Params,
 )
 from dedup.job.watchdog import DEFAULT_LIMIT as STALL_TIMEOUT
+from dedup.storage.safety import UsageError
 from dedup.job.watchdog import WARN_AFTER
 
 P = Params()
@@ -32,9 +34,12 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
         a.add_argument("--threshold", type=float, default=P.threshold,
                        help=f"Jaccard similarity a pair must reach to be merged (default: {P.threshold})")
         a.add_argument("--num-perm", type=int, default=P.num_perm, help=f"MinHash permutations (default: {P.num_perm})")
-        a.add_argument("--num-bands", type=int, default=P.num_bands, help=f"LSH bands (default: {P.num_bands})")
-        a.add_argument("--rows-per-band", type=int, default=P.rows_per_band,
-                       help=f"rows per LSH band; bands x rows <= num-perm (default: {P.rows_per_band})")
+        a.add_argument("--num-bands", type=int, default=None,
+                       help="LSH bands, given with --rows-per-band (default: the banding `dedup tune` recommends for "
+                            f"--threshold and --num-perm: {P.num_bands} x {P.rows_per_band} for {P.threshold} and "
+                            f"{P.num_perm})")
+        a.add_argument("--rows-per-band", type=int, default=None,
+                       help="rows per LSH band, given with --num-bands; bands x rows <= num-perm")
         a.add_argument("--shingle-unit", choices=SHINGLE_UNITS, default=P.shingle_unit,
                        help="what a shingle is made of: words, or characters of the normalised text (for Chinese, "
                             "Japanese, Thai and other scripts written without spaces; default: word)")
@@ -177,7 +182,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def params_of(args: argparse.Namespace) -> Params:
-    """The similarity parameters the subcommand's flags give (checked by `Params.of`)."""
+    """The similarity parameters the subcommand's flags give (checked by `Params.of`). Without
+    --num-bands and --rows-per-band, the banding follows the threshold: the one `dedup tune`
+    recommends for it (`recommended_banding`)."""
     names = ("num_perm", "num_bands", "rows_per_band", "threshold", "shingle_size", "shingle_unit", "seed", "confirm",
              "ngram_size", "max_bucket")
-    return Params.of(**{name: getattr(args, name) for name in names if hasattr(args, name)})
+    given = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    if "num_bands" in given and (given["num_bands"] is None) != (given["rows_per_band"] is None):
+        raise UsageError("Give --num-bands and --rows-per-band together, or neither: the banding then follows "
+                         "--threshold (`dedup tune --threshold T` shows it).")
+    if "num_bands" in given and given["num_bands"] is None:
+        given["num_bands"], given["rows_per_band"] = recommended_banding(given)
+    return Params.of(**given)
+
+
+def recommended_banding(given: dict[str, Any]) -> tuple[int | None, int | None]:
+    """`dedup tune`'s banding (`recall_banding`) for the threshold and permutations given (None: the
+    defaults'); (None, None), the defaults', when those are not valid (`Params` then says why)."""
+    from dedup.core.lsh import recall_banding
+
+    threshold = P.threshold if given.get("threshold") is None else given["threshold"]
+    num_perm = P.num_perm if given.get("num_perm") is None else given["num_perm"]
+    try:
+        return recall_banding(threshold, num_perm)
+    except (TypeError, ValueError):
+        return None, None

@@ -167,3 +167,46 @@ def test_dry_run_says_what_output_holds(tmp_path: Path, corpus_frame: pd.DataFra
     assert "would be kept" in res.stderr and "holds only the manifest and the report" in res.stderr
     assert "wrote " not in res.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_dedup.json", "_report"]
+
+
+def test_the_banding_follows_the_threshold_and_a_weak_one_is_a_warning_everywhere(tmp_path: Path,
+                                                                                   corpus_frame: pd.DataFrame) -> None:
+    """`--threshold` alone takes the banding `dedup tune` recommends for it, says so in the log and
+    records it; a banding given that finds a pair at the threshold less than 90% of the time is one
+    warning, the same in the log, the manifest and the page (in Chromium); half a banding is refused."""
+    from selenium.webdriver.common.by import By
+
+    from tests.conftest import chromium
+
+    src = str(write_shards(corpus_frame.iloc[:300], tmp_path / "in", 1))
+    follows = _run("run", src, str(tmp_path / "follows"), "--threshold", "0.7", "--threads", "1", "--no-index")
+    assert follows.returncode == 0, follows.stderr
+    tune = _run("tune", "--threshold", "0.7").stdout
+    m = json.loads((tmp_path / "follows" / "_dedup.json").read_text())
+    bands, rows = m["parameters"]["num_bands"], m["parameters"]["rows_per_band"]
+    assert f"recommended: --num-bands {bands} --rows-per-band {rows}" in tune
+    p = 1 - (1 - 0.7 ** rows) ** bands  # the S-curve at the threshold, computed here
+    assert m["banding"]["candidate_at_threshold"] == round(p, 4) >= 0.9
+    assert m["banding"]["recommended"] == {"num_bands": bands, "rows_per_band": rows, "candidate_at_threshold": round(p, 4)}
+    assert f"banding {bands} x {rows}: a pair at the threshold 0.7 is a candidate {100 * p:.1f}% of the time" in follows.stderr
+    assert not any("banding" in w for w in m["warnings"])
+
+    weak = _run("run", src, str(tmp_path / "weak"), "--threshold", "0.7", "--num-bands", "16", "--rows-per-band", "8",
+                "--threads", "1", "--no-index")
+    assert weak.returncode == 0, weak.stderr
+    w = json.loads((tmp_path / "weak" / "_dedup.json").read_text())
+    said = [line.split(" WARNING ", 1)[1] for line in weak.stderr.splitlines() if "The banding 16 x 8" in line]
+    weak_p = 1 - (1 - 0.7 ** 8) ** 16
+    assert len(said) == 1 and f"only {weak_p:.0%} of the time" in said[0] and f"{bands} x {rows}" in said[0]
+    assert [x for x in w["warnings"] if "banding" in x] == said
+    d = chromium()
+    try:
+        d.get((tmp_path / "weak" / w["report"]).as_uri())
+        shown = [e.text for e in d.find_elements(By.CSS_SELECTOR, "div.warn")]
+    finally:
+        d.quit()
+    assert shown == w["warnings"] and said[0] in shown
+
+    half = _run("run", src, str(tmp_path / "half"), "--num-bands", "16", "--threads", "1")
+    assert half.returncode == 2 and len(half.stderr.strip().splitlines()) == 1
+    assert "Give --num-bands and --rows-per-band together" in half.stderr and not (tmp_path / "half").exists()

@@ -192,7 +192,7 @@ def test_cli_against_and_index_size(tmp_path: Path, split) -> None:
     m = json.loads((tmp_path / "out2" / "_dedup.json").read_text())
     assert m["near_duplicates_of_indexed"] > 0
     bad = run_command([*env_cmd, str(tmp_path / "c2"), str(tmp_path / "out3"), "--against", str(tmp_path / "out1"),
-                          "--num-perm", "64", "--num-bands", "8"], timeout=120)
+                          "--num-perm", "64"], timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "num_perm=128" in bad.stderr and "num_perm=64" in bad.stderr
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dedup.config import MAX_CONTAMINATED, Params
-from dedup.job.plan import Plan, Report, unspaced_warning
+from dedup.job.plan import Plan, Report, banding, banding_warning, unspaced_warning
 from dedup.job.versions import versions
 from dedup.report import removed
 from dedup.report.shown import shorten
@@ -62,9 +62,12 @@ def contamination_guard(report: Report, max_share: float) -> str | None:
             "that shows them), or raise --max-contaminated (1 turns the guard off).")
 
 
-def warnings_of(report: Report, params: Params, max_contaminated: float = MAX_CONTAMINATED) -> list[str]:
-    """What a reader of the report must not miss."""
-    found = [unspaced_warning(*report.unspaced), contamination_guard(report, max_contaminated)]
+def warnings_of(report: Report, params: Params, max_contaminated: float = MAX_CONTAMINATED, near: bool = True
+                ) -> list[str]:
+    """What a reader of the report must not miss: the manifest's `warnings`, shown on the page, each
+    logged as the run finds it."""
+    found = [banding_warning(params) if near else None, unspaced_warning(*report.unspaced),
+             contamination_guard(report, max_contaminated)]
     found += [record_warning(r, report.input_rows) for r in report.contaminated_by_record]
     found.append(bucket_warning(report.approximated_buckets, params.max_bucket, report.largest_approximated_bucket))
     found.append(chained_warning(report, params))
@@ -100,10 +103,11 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
         "features_on_disk": plan.features_on_disk,
         "id_column": plan.id_column, "text_column": plan.text_column,
         "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
+        "banding": banding(params) if plan.near else None,
         "protected_files": list(prot.files) if prot else [],
         "versions": versions(), "seconds": report.seconds,
         "dry_run": plan.dry_run, "similarity_histogram": report.similarity_histogram,
-        "warnings": warnings_of(report, params, plan.max_contaminated), "max_contaminated": plan.max_contaminated,
+        "warnings": warnings_of(report, params, plan.max_contaminated, plan.near), "max_contaminated": plan.max_contaminated,
         "report": removed.PAGE if plan.write_report else None,
         "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,
         "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
