@@ -84,6 +84,23 @@ def test_directory_of_evals_and_counts_per_file_and_record(client, tmp_path: Pat
     assert any("Protected record file of" in r.message and "all.txt" in r.message for r in caplog.records)
 
 
+def test_an_eval_file_that_protects_nothing_is_a_warning_kept_with_the_others(client, tmp_path: Path,
+                                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A warning found while planning (an eval file with no 13-gram) is logged once and kept in the
+    manifest's `warnings`, which the page shows, like the warnings of the stages."""
+    import html
+
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "evals" / "short.txt").write_text("too short to hold a thirteen word n-gram\n")
+    with caplog.at_level(logging.WARNING, logger="dedup"):
+        m = run(str(_corpus(tmp_path)), str(tmp_path / "out"), protected=[str(tmp_path / "evals")], near=False)
+    said = [r.getMessage() for r in caplog.records if "protects nothing" in r.getMessage()]
+    assert len(said) == 1 and "short.txt holds no 13-gram" in said[0]
+    assert m["warnings"] == said
+    page = (tmp_path / "out" / m["report"]).read_text()
+    assert f'<div class="warn">{html.escape(said[0])}</div>' in page
+
+
 def test_counts_do_not_depend_on_file_order(client, tmp_path: Path) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a.write_text("".join(json.dumps(r) + "\n" for r in RECORDS[:8]))

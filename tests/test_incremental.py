@@ -381,6 +381,8 @@ def test_an_index_of_an_older_format_gives_the_same_decisions(client, tmp_path: 
         assert m["near_duplicates_of_indexed"] == m7["near_duplicates_of_indexed"] > 10
         for count in ("candidate_pairs", "confirmed_pairs", "same_text_pairs"):
             assert m[count] == m7[count], (fmt, count)
+        unverified = [w for w in m["warnings"] if "records no checksums" in w]  # format 3 and older: a warning kept
+        assert len(unverified) == (fmt < 4) and all(f"format {fmt}" in w for w in unverified), m["warnings"]
 
 
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), max_size=60))

@@ -66,7 +66,7 @@ def warnings_of(report: Report, params: Params, max_contaminated: float = MAX_CO
                 ) -> list[str]:
     """What a reader of the report must not miss: the manifest's `warnings`, shown on the page, each
     logged as the run finds it."""
-    found = [banding_warning(params) if near else None, unspaced_warning(*report.unspaced),
+    found = [*report.notes, banding_warning(params) if near else None, unspaced_warning(*report.unspaced),
              contamination_guard(report, max_contaminated)]
     found += [record_warning(r, report.input_rows) for r in report.contaminated_by_record]
     found.append(bucket_warning(report.approximated_buckets, params.max_bucket, report.largest_approximated_bucket))

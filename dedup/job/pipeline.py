@@ -25,7 +25,7 @@ from dedup.job.checkpoints import STAGES_DIR
 from dedup.job.compute import settle
 from dedup.job.manifest import build_manifest, dropped_near
 from dedup.job.output import write_outputs
-from dedup.job.plan import Options, Plan, Report, prepare
+from dedup.job.plan import Options, Plan, Report, prepare, warn
 from dedup.job.stage import Settings
 from dedup.partition.decisions import attach_roots
 from dedup.report import page as report_page
@@ -93,7 +93,7 @@ def execute(plan: Plan) -> dict[str, Any]:
     try:
         extras = write_outputs(plan) if plan.shards else report_page.Extras()
         if not plan.shards:
-            log.warning("input %s holds no files: writing an empty output", plan.input)
+            warn(plan.report, f"input {plan.input} holds no files: writing an empty output")
         plan.staging.keep = False  # from here a failure leaves nothing to resume from
         for name in (STAGES_DIR, RESUME):  # what a resumed run would need: never part of OUTPUT
             plan.staging.remove(name)

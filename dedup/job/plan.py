@@ -69,6 +69,10 @@ class Report:
     output_bytes: int = 0
     """The bytes of the shards written (what a dataset reader of OUTPUT reads; no index, no report)."""
     seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    """Warnings found before or outside the stages (each logged as found): an eval file that protects
+    nothing, an earlier index whose files cannot be verified, an input of no files. The manifest's
+    `warnings` lists them first."""
 
 
 STAGE_LINE = "%s: %s (%.1f s)"
@@ -204,6 +208,12 @@ def _check_positions(found: Sequence[shards_mod.Shard], parts: Sequence[IndexPar
 UNSPACED_WARN_SHARE = 0.1
 """Under word shingles, a warning when at least this share of a sample of texts (`reads.sample_texts`)
 is of scripts written without spaces (`dedup.core.text.unspaced`): a mixed corpus too."""
+
+
+def warn(report: Report, text: str) -> None:
+    """Log a warning and keep it for the manifest's `warnings` and the page (`Report.notes`)."""
+    log.warning("%s", text)
+    report.notes.append(text)
 
 
 def banding(params: Params) -> dict[str, Any]:
@@ -360,15 +370,16 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     if o.cluster_size and shards_mod.SIZE_COLUMN in schema.names:
         raise UsageError(f"The input already has a {shards_mod.SIZE_COLUMN!r} column; rename or drop it first.")
     keep = _keep_by(o.keep_by, schema, o.near) if o.keep_by else None
-    if o.near:
-        _log_banding(params)
     if o.near and params.shingle_unit == "word":
         _warn_unspaced(found, o.text_column, report)
     parts: list[IndexPart] = []
     if o.against:
         from dedup.storage import index
 
-        parts = index.load(list(o.against), params, shards_mod.id_type_of(schema, id_column))
+        notes: list[str] = []
+        parts = index.load(list(o.against), params, shards_mod.id_type_of(schema, id_column), notes)
+        for note in notes:
+            warn(report, note)
         if id_column == shards_mod.POSITION_ID:
             _check_positions(found, parts)
         if o.clusters == "centred" and (old := [p for p in parts if p.format < index.ROOTS_LOCATED]):
@@ -385,7 +396,7 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
             report.contaminated_by_file = dict.fromkeys(prot.files, 0)
             for name, count in zip(prot.files, prot.gram_counts()):
                 if count == 0:
-                    log.warning("protected file %s holds no %d-gram: it protects nothing", name, params.ngram_size)
+                    warn(report, f"protected file {name} holds no {params.ngram_size}-gram: it protects nothing")
             stage.summary = f"{len(prot)} distinct {params.ngram_size}-grams from {len(prot.files)} file(s)"
     chosen = {"input": input, "near": o.near, "drop": o.drop, "id_column": id_column, "text_column": o.text_column,
                "components": o.components, "partition_rows": o.partition_rows, "dry_run": o.dry_run,
@@ -397,6 +408,8 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
         log.info("%d input file(s) hold a row group above the partition bound (%s: %d rows): each is read in row "
                  "ranges that decode it from its start; row groups of at most %d rows read faster", len(big),
                  big[0][0].path, big[0][1], o.partition_rows)
+    if o.near:  # once everything is checked: a refused run says one line
+        _log_banding(params)
     return Plan(input, output, found, schema, groups, prot, params, o.near, o.drop, id_column, o.text_column, o.components,
                 o.retries, o.features_on_disk, o.dry_run, o.write_report, staging, report, start, parts, o.skip_existing,
                 o.write_index, cluster_size=o.cluster_size, keep_by=keep, clusters=o.clusters,

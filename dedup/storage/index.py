@@ -174,12 +174,13 @@ DAMAGED = ("That output is no longer what its index describes: restore the file,
            "--overwrite) to rebuild it and its index, or leave it out of --against.")
 
 
-def _verified(url: str, meta: dict[str, Any], what: str) -> None:
+def _verified(url: str, meta: dict[str, Any], what: str, notes: list[str]) -> None:
     """Raise `UsageError` unless the index at `url` (its index.json `meta`) and every file it points at
-    are the versions it recorded (format 4 on); older indexes record nothing to check: a warning."""
+    are the versions it recorded (format 4 on); older indexes record nothing to check: a warning,
+    added to `notes`."""
     if int(meta.get("format", 0)) < VERIFIED:
-        log.warning("%s: its index (format %s, an older dedup) records no checksums, so its files cannot be verified; "
-                    "run that output again to get a verified index", what, meta.get("format"))
+        notes.append(f"{what}: its index (format {meta.get('format')}, an older dedup) records no checksums, so its "
+                     "files cannot be verified; run that output again to get a verified index")
         return
     if not stamps.sealed(meta) or not isinstance(meta.get("files"), dict):
         raise UsageError(f"{what}: {url}/{INDEX_META} was edited since dedup wrote it (its checksum differs). {DAMAGED}")
@@ -211,8 +212,10 @@ def shard_names(part: IndexPart) -> set[str]:
     return {f for f in meta.get("files", {}) if not f.startswith("_")}
 
 
-def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[IndexPart]:
-    """The indexes of earlier outputs (and every index they reference), checked against this run.
+def load(previous: Sequence[str], params: Params, id_type: pa.DataType, notes: list[str] | None = None
+         ) -> list[IndexPart]:
+    """The indexes of earlier outputs (and every index they reference), checked against this run; a
+    warning for each that cannot be verified is added to `notes` (logged, without them).
 
     Raises `UsageError` naming the output when one is not a dedup output with an index, was made
     with other parameters or another id type, references an index that is gone or replaced, or
@@ -222,6 +225,7 @@ def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[
     """
     found: dict[str, IndexPart] = {}
     metas: dict[str, tuple[str, dict[str, Any]]] = {}
+    found_notes: list[str] = []
     want = index_params(params)
     for out in previous:
         fs, root = fsspec_root(out)
@@ -241,7 +245,7 @@ def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[
         if meta.get("id_kind") != id_kind(id_type):
             raise UsageError(f"--against {out}: its ids are {meta.get('id_kind')}s ({meta.get('id_type')}), this "
                              f"input's are {id_kind(id_type)}s ({id_type}); ids must be of one kind to be compared.")
-        _verified(url, meta, f"--against {out}")
+        _verified(url, meta, f"--against {out}", found_notes)
         metas[out] = (url, meta)
         found.setdefault(url, _part(url, meta))
     given = {p.uid: p for p in found.values()}
@@ -249,12 +253,17 @@ def load(previous: Sequence[str], params: Params, id_type: pa.DataType) -> list[
         for src in meta.get("sources", []):
             if src["uid"] in given:  # given with --against itself, wherever it is now
                 continue
-            place, smeta = _source(url, src, f"--against {out}")
+            place, smeta = _source(url, src, f"--against {out}", found_notes)
             given[src["uid"]] = found.setdefault(place, _part(place, smeta))
+    if notes is None:
+        for note in found_notes:
+            log.warning("%s", note)
+    else:
+        notes.extend(found_notes)
     return list(found.values())
 
 
-def _source(url: str, src: dict[str, Any], what: str) -> tuple[str, dict[str, Any]]:
+def _source(url: str, src: dict[str, Any], what: str, notes: list[str]) -> tuple[str, dict[str, Any]]:
     """Where the earlier index `src` (recorded by the index at `url`) is now: its recorded place, else
     the same relative path from `url` (a tree of releases moved together); verified."""
     tried = [src["url"]]
@@ -268,7 +277,7 @@ def _source(url: str, src: dict[str, Any], what: str) -> tuple[str, dict[str, An
         if meta.get("uid") != src["uid"]:
             state = "was replaced since"
             continue
-        _verified(place, meta, f"{what} (the earlier index it builds on, {place})")
+        _verified(place, meta, f"{what} (the earlier index it builds on, {place})", notes)
         return place, meta
     output = posixpath.dirname(src["url"].rstrip("/"))
     raise UsageError(f"{what}: the earlier index it builds on, {src['url']}, {state}. If that output moved, give its "
