@@ -72,7 +72,7 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
         i.add_argument("--skip-existing", action="store_true",
                        help="leave out documents whose id is already in an --against output (default: refuse them)")
         i.add_argument("--no-index", action="store_true",
-                       help=f"do not write OUTPUT/_index/ (about {4 * P.num_perm + 150} bytes a kept document), "
+                       help="do not write OUTPUT/_index/ (about 150-250 bytes a kept document, docs/operations.md), "
                             "which later runs take with --against")
         a.add_argument("--components", choices=COMPONENT_MODES, default="auto",
                        help="where connected components are found: on the client (a vectorised union-find over the "

@@ -29,11 +29,12 @@ from dedup.storage.safety import TooContaminated, UsageError
 
 log = logging.getLogger("dedup")
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+    """dedup's own INFO lines on stderr; other libraries' only from WARNING (object stores' clients say
+    where they found credentials and endpoints: noise in a run's log), everything with --verbose."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    if not verbose:  # object stores' clients say where they found credentials and endpoints: noise in a run's log
-        for name in ("s3fs", "botocore", "aiobotocore", "gcsfs", "adlfs", "azure"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+    if not verbose:
+        log.setLevel(logging.INFO)
 
 
 def _quiet_libraries(verbose: bool, cluster: bool) -> None:

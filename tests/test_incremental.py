@@ -403,3 +403,23 @@ def test_index_files_sort_like_a_lexsort_of_every_row(rows: list[tuple[int, int]
     h = key.copy()
     ids = np.array([f"id{d}" for d in doc], dtype=object)
     assert ids[_sort_order([h, ids])].tolist() == ids[perm][_sort_order([h[perm], ids[perm]])].tolist()
+
+
+def test_an_against_run_that_keeps_no_document_gives_no_size_per_document(client, tmp_path: Path, split,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A new crawl of copies of published documents keeps none: its index holds no kept document, and
+    neither the log, the manifest nor the summary divides its bytes by zero documents."""
+    import logging
+
+    from dedup.cli import _summary
+
+    first, _, _ = split
+    run(str(write_shards(first, tmp_path / "c1", 1)), str(tmp_path / "out1"))
+    copies = first.iloc[:20].assign(id=[f"copy-{i}" for i in range(20)])
+    with caplog.at_level(logging.INFO, logger="dedup"):
+        m = run(str(write_shards(copies, tmp_path / "c2", 1)), str(tmp_path / "out2"), against=[str(tmp_path / "out1")])
+    assert m["output_rows"] == 0 and m["near_duplicates_of_indexed"] == 20
+    assert m["index"]["documents"] == 0 and m["index"]["bytes_per_document"] is None and m["index"]["bytes"] > 0
+    assert any("index of no kept document (20 near duplicates)" in r.getMessage() for r in caplog.records)
+    line = next(x for x in _summary(m).splitlines() if x.startswith("index"))
+    assert "(0 kept documents" in line and "bytes each" not in line

@@ -124,6 +124,8 @@ def test_s3_input_output_protected_against_resume_and_a_damaged_release(
         got = dedup(inp, out, *more)
         assert got.returncode == 0, got.stderr
         assert "Traceback" not in got.stderr and "botocore" not in got.stderr
+        talkers = {line.split()[1] for line in got.stderr.splitlines() if " INFO " in line}
+        assert talkers == {"dedup"}, got.stderr  # other libraries' INFO lines stay out of a run's log
     for r in ("r1", "r2"):
         on_s3, on_disk = _digests_s3(fs, f"{BUCKET}/{r}"), _digests_local(tmp_path / f"l{r[1]}")
         assert on_s3 == on_disk and len(on_s3) > 8, (sorted(on_s3), sorted(on_disk))

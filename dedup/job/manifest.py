@@ -115,7 +115,8 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
         "output_bytes": report.output_bytes,
         "index": ({"path": index.INDEX_DIR, "documents": report.index_documents,
                    "near_duplicates": report.index_near_duplicates, "bytes": report.index_bytes,
-                   "bytes_per_document": round(report.index_bytes / max(1, report.index_documents), 1)}
+                   "bytes_per_document": (round(report.index_bytes / report.index_documents, 1)
+                                          if report.index_documents else None)}
                   if plan.write_index and plan.near and not plan.dry_run and plan.shards else None),
         "removed": removed.REMOVED if plan.write_report else None,
         **({"resumed": resumed} if plan.kept is not None and (resumed := plan.kept.summary()) else {}),

@@ -130,8 +130,10 @@ def _write_index_meta(plan: Plan, written: pd.DataFrame) -> str:
         partitions=len(plan.groups), bucket_parts=report.bucket_partitions, id_parts=report.id_partitions,
         documents=report.index_documents, nbytes=report.index_bytes, text_column=plan.text_column,
         sources=plan.against, output=plan.output, files=stamps.stamps(staging.fs, staging.tmp, pointed)))
+    if not report.index_documents:  # bytes of no document: not a size per document
+        return f"; index of no kept document ({report.index_near_duplicates} near duplicates), {report.index_bytes} bytes"
     return (f"; index of {report.index_documents} kept documents (and {report.index_near_duplicates} near duplicates "
-            f"of them), {report.index_bytes / max(1, report.index_documents):.0f} bytes a kept document")
+            f"of them), {report.index_bytes / report.index_documents:.0f} bytes a kept document")
 
 
 def _settings(plan: Plan, kept: Checkpoints, write_index: bool) -> Settings:
