@@ -157,6 +157,22 @@ def test_demo_runs_on_a_local_cluster(tmp_path: Path) -> None:
     assert "near duplicates dropped" in res.stdout
     m = json.loads((tmp_path / "demo" / "output" / "_dedup.json").read_text())
     assert m["near_duplicates_dropped"] > 0 and m["contaminated_dropped"] > 0
+    # the planted copies it kept are below the threshold with their article's kept copies, or told as misses
+    import re
+
+    from tests.reference import ref_shingles
+
+    def jaccard(a: str, b: str) -> float:
+        x, y = ref_shingles(a, 5), ref_shingles(b, 5)
+        return len(x & y) / len(x | y) if x and y else 0.0
+
+    said = {m_.group(1): int(m_.group(2).replace(",", "")) for m_ in
+            re.finditer(r"^\s*(planted copies|edited below 0\.8|missed)\s+([\d,]+)", res.stdout, re.M)}
+    kept = pd.read_parquet(tmp_path / "demo" / "output")
+    below = sum(all(jaccard(a, b) < 0.8 for b in g["text"].iloc[:i])
+                for _, g in kept.groupby("family") for i, a in enumerate(g["text"]) if i)
+    copies = int(kept["family"].duplicated().sum())
+    assert said["edited below 0.8"] == below and said.get("missed", 0) == copies - below and said["planted copies"] >= copies
 
 
 def test_dry_run_says_what_output_holds(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
