@@ -72,18 +72,25 @@ def test_a_client_killed_after_each_stage_resumes_to_the_same_output(inputs: tup
     """The client is SIGKILLed right after each stage's line, one stage further each time: every
     rerun of the same command names the stages it reuses, and the last one writes what an
     uninterrupted run writes."""
+    import re
+
     out = tmp_path / "out"
     cmd = _command(*inputs, out, dask_processes)
+    spent = 0.0  # each stage's seconds, as the interrupted run that finished it logged them
     for i, stage in enumerate(ORDER):
         seen = kill_after(cmd, f"{stage}:")
         assert out.exists() is False and len(_staging(out)) == 1, seen
         if i:
             assert f"resuming: reusing {', '.join(ORDER[:i])} from the interrupted run of" in seen, seen
+        spent += float(re.search(rf"INFO {stage}: .*\(([\d.]+) s\)$", seen, re.M).group(1))
     got = run_command(cmd, timeout=240)
     assert got.returncode == 0, got.stderr
     assert f"resuming: reusing {', '.join(ORDER)} from the interrupted run of" in got.stderr
     manifest = json.loads((out / "_dedup.json").read_text())
-    assert manifest["resumed"] == {"from": "report", "reused": list(ORDER)}
+    resumed = manifest.pop("resumed")
+    assert {k: resumed[k] for k in ("from", "reused")} == {"from": "report", "reused": list(ORDER)}
+    assert abs(resumed["reused_seconds"] - spent) <= 0.05 * len(ORDER)  # the log's seconds are rounded to 0.1
+    assert f"(and {resumed['reused_seconds']:.1f} s of the interrupted run's stages, reused)" in got.stdout
     assert parquet_digests(out) == baseline
     assert not _staging(out) and not (out / "_stages").exists() and not (out / "_resume.json").exists()
 

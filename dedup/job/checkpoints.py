@@ -235,10 +235,13 @@ class Checkpoints:
         return [s for s in self.order if s in self.done or fs.exists(f"{self.root}/{s}/{DONE}")]
 
     def summary(self) -> dict[str, Any] | None:
-        """The manifest's `resumed`: the first stage run again and the stages reused; None if none was."""
+        """The manifest's `resumed`: the first stage run again, the stages reused and the seconds the
+        interrupted runs spent on them (`seconds.total` counts this run's only); None if none was."""
         if not self.reused_stages:
             return None
-        return {"from": self.first_run or "commit", "reused": list(self.reused_stages)}
+        spent = self.done[self.reused_stages[-1]]["report"].get("seconds", {})
+        return {"from": self.first_run or "commit", "reused": list(self.reused_stages),
+                "reused_seconds": round(sum(spent.get(s, 0.0) for s in self.reused_stages), 3)}
 
 
 PART_STAMP_META = pd.DataFrame({"size": pd.Series(dtype="int64"), "rows": pd.Series(dtype="int64"),
