@@ -120,3 +120,30 @@ def test_workers_get_the_malloc_settings_of_local_workers(cluster: dict[str, Any
     environ = merged["distributed"]["nanny"]["pre-spawn-environ"]
     assert {k: environ[k] for k in MALLOC_ENVIRON} == MALLOC_ENVIRON
     assert environ["OMP_NUM_THREADS"] == 1  # Dask's own settings stay
+
+
+def test_the_commands_for_a_cluster_by_hand_are_what_dedup_gives_its_own_workers() -> None:
+    """docs/operations.md's scheduler and worker commands parse as Dask's own CLI parses them, preload
+    dedup.runtime, and give the workers `MALLOC_ENVIRON`, in bytes."""
+    import ast
+    import re
+    import shlex
+
+    from distributed.cli.dask_scheduler import main as scheduler_cli
+    from distributed.cli.dask_worker import main as worker_cli
+
+    from dedup.runtime import MALLOC_ENVIRON
+
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    section = doc.split("## A cluster of your own, by hand", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
+    lines = [shlex.split(line) for line in block.strip().splitlines()]
+    scheduler = next(words for words in lines if words[:2] == ["dask", "scheduler"])
+    scheduler_cli.make_context("dask scheduler", scheduler[2:])
+    worker = next(words for words in lines if "worker" in words)
+    at = worker.index("dask")
+    env = dict(w.split("=", 1) for w in worker[:at])
+    assert ast.literal_eval(env["DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"]) == MALLOC_ENVIRON
+    parsed = worker_cli.make_context("dask worker", worker[at + 2:]).params
+    assert "dedup.runtime" in parsed["preload"] and parsed["scheduler_file"] == scheduler[scheduler.index("--scheduler-file") + 1]
+    assert any(words[:2] == ["dedup", "run"] and "--scheduler-file" in words for words in lines)
