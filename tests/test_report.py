@@ -232,3 +232,36 @@ def test_long_words_are_shortened_on_the_page(client, tmp_path: Path) -> None:
     assert len(page) < 400_000, len(page)
     assert "x" * 81 not in page and "y" * 81 not in page
     assert "(200,000 characters)" in page and "(150,000 characters)" in page
+
+
+def test_the_page_records_the_run_in_chromium(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
+    """The page's "The run" table: every option that shaped the result as given on the command line,
+    each earlier output with the documents its index holds, the near duplicates of them and the
+    documents skipped as already indexed."""
+    from selenium.webdriver.common.by import By
+
+    first = corpus_frame.iloc[:200]
+    second = pd.concat([corpus_frame.iloc[200:400], first.iloc[:30]], ignore_index=True)  # 30 ids published already
+    old = run_command([*DEDUP, "run", str(write_shards(first, tmp_path / "c1", 1)), str(tmp_path / "out1"),
+                       "--threads", "1"], timeout=240)
+    assert old.returncode == 0, old.stderr
+    indexed = json.loads((tmp_path / "out1" / "_index" / "index.json").read_text())["documents"]
+    got = run_command([*DEDUP, "run", str(write_shards(second, tmp_path / "c2", 1)), str(tmp_path / "out2"),
+                       "--threads", "1", "--against", str(tmp_path / "out1"), "--skip-existing", "--keep-duplicates",
+                       "--keep-by", "family:min", "--clusters", "centred", "--no-index"], timeout=240)
+    assert got.returncode == 0, got.stderr
+    m = json.loads((tmp_path / "out2" / "_dedup.json").read_text())
+    d = chromium()
+    try:
+        d.get((tmp_path / "out2" / m["report"]).as_uri())
+        rows = {r.find_element(By.TAG_NAME, "th").text: r.find_element(By.TAG_NAME, "td").text
+                for r in d.find_elements(By.CSS_SELECTOR, "#run tr")}
+    finally:
+        d.quit()
+    assert rows["near duplicates"] == "kept and tagged (--keep-duplicates)"
+    assert rows["survivor (--keep-by)"] == "family:min" and rows["clusters (--clusters)"] == "centred"
+    assert rows["index (_index/)"] == "not written" and rows["protected files"] == "none: no decontamination"
+    assert rows["--against"] == f"{tmp_path / 'out1'}: {indexed:,} indexed documents"
+    assert rows["skipped, id already indexed (--skip-existing)"] == "30"
+    assert rows["near duplicates of earlier outputs"] == f"{m['near_duplicates_of_indexed']:,}" != "0"
+    assert rows["banding"].startswith("16 x 8: a pair at the threshold is a candidate 94.7% of the time")

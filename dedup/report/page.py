@@ -271,6 +271,42 @@ def _template() -> Any:
     return env.get_template("page.html.j2")
 
 
+def run_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """The page's record of the run: what it read and wrote, and every option that shaped the result
+    (the similarity parameters have their own table), as (name, value) rows."""
+    yes_no = {True: "yes", False: "no"}
+    rows = [("input", f"{m['input']} ({m['input_files']:,} files)"), ("output", m["output"]),
+            ("dry run", yes_no[bool(m.get("dry_run"))]), ("id column", m.get("id_column") or ""),
+            ("text column", m.get("text_column") or "")]
+    protected = m.get("protected_files") or []
+    rows.append(("protected files", ", ".join(protected) if protected else "none: no decontamination"))
+    if protected:
+        rows.append(("--max-contaminated", f"{m.get('max_contaminated')}"))
+    if m.get("near_dedup"):
+        b = m.get("banding") or {}
+        if b:
+            rec = b.get("recommended") or {}
+            chosen = ("the one `dedup tune` recommends for the threshold"
+                      if rec and (rec.get("num_bands"), rec.get("rows_per_band")) == (b["num_bands"], b["rows_per_band"])
+                      else f"given; {rec.get('num_bands')} x {rec.get('rows_per_band')} is recommended" if rec else "given")
+            rows.append(("banding", f"{b['num_bands']} x {b['rows_per_band']}: a pair at the threshold is a candidate "
+                                    f"{100 * b['candidate_at_threshold']:.1f}% of the time ({chosen})"))
+        rows += [("near duplicates", "dropped" if m.get("drop_duplicates") else "kept and tagged (--keep-duplicates)"),
+                 ("survivor (--keep-by)", m.get("keep_by") or "the smallest id"),
+                 ("clusters (--clusters)", m.get("cluster_mode") or "connected"),
+                 ("cluster sizes (--cluster-size)", yes_no[bool(m.get("cluster_size"))]),
+                 ("index (_index/)", "written" if m.get("index") else "not written")]
+    for earlier in m.get("earlier_outputs") or []:
+        rows.append(("--against", f"{earlier['output']}: {earlier['indexed_documents']:,} indexed documents"))
+    if m.get("against"):
+        rows.append(("near duplicates of earlier outputs", f"{m.get('near_duplicates_of_indexed', 0):,}"))
+        rows.append(("skipped, id already indexed (--skip-existing)", f"{m.get('skipped_existing') or 0:,}"))
+    if r := m.get("resumed"):
+        rows.append(("resumed", f"from {r['from']}, reusing {', '.join(r['reused'])} of an interrupted run "
+                                f"({r.get('reused_seconds', 0):.1f} s of its stages)"))
+    return rows
+
+
 def render(manifest: dict[str, Any], extras: Extras) -> str:
     """The page, as one HTML string (`templates/page.html.j2`, every value escaped by Jinja2)."""
     m = manifest
@@ -308,4 +344,4 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
     return str(_template().render(
         m=m, p=p, css=Markup(CSS), counts=counts, total=total, skipped=skipped, plots=_plots(m, extras),
         to_survivor=_survivor_words(m) if m.get("near_dedup") else "", near_pairs=near_pairs, clusters=clusters,
-        records=records, parameters=sorted(m["parameters"].items()), excerpt=_excerpt_html))
+        records=records, parameters=sorted(m["parameters"].items()), run=run_rows(m), excerpt=_excerpt_html))
