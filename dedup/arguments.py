@@ -17,8 +17,8 @@ from dedup.config import (
     Params,
 )
 from dedup.job.watchdog import DEFAULT_LIMIT as STALL_TIMEOUT
-from dedup.storage.safety import UsageError
 from dedup.job.watchdog import WARN_AFTER
+from dedup.storage.safety import UsageError
 
 P = Params()
 
