@@ -127,3 +127,42 @@ def test_an_earlier_outputs_document_survives_whatever_the_value(client, shards:
     tagged = dict(zip(out["id"], out["minhash_cluster"]))
     assert all(tagged[c] in released for c in copies["id"]), {c: tagged[c] for c in copies["id"]}
     assert m["near_duplicates_of_indexed"] >= len(copies)
+
+
+def test_keep_by_a_hive_key_of_the_input_directories(client, corpus_frame: pd.DataFrame, tmp_path: Path) -> None:
+    """A Hive key (`year=2024/lang=en/`) is a column for --keep-by, typed as pyarrow reads it (integers
+    as integers, Hive's null as null); the shards written keep their files' columns and paths only,
+    and --id-column refuses a key that every document of a directory shares."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(7)
+    src = tmp_path / "in"
+    frame = corpus_frame[["id", "text"]]
+    years, langs = rng.choice([2023, 2024, 2025], len(frame)), rng.choice(["en", "fr", "__HIVE_DEFAULT_PARTITION__"], len(frame))
+    for (year, lang), rows in frame.groupby([years, langs]):
+        (src / f"year={year}" / f"lang={lang}").mkdir(parents=True)
+        rows.to_parquet(src / f"year={year}" / f"lang={lang}" / "part-0.parquet", index=False)
+    read = ds.dataset(src, format="parquet", partitioning="hive").to_table().to_pandas()  # pyarrow's own reading
+    assert pd.api.types.is_integer_dtype(read["year"]) and read["lang"].isna().any()
+    run(str(src), str(tmp_path / "plain"), drop=False)
+    plain = pd.read_parquet(tmp_path / "plain", columns=["id", "minhash_cluster"])  # no Hive keys: files only
+    value = {col: dict(zip(read["id"], read[col])) for col in ("year", "lang")}
+    for spec in ("year:max", "lang:min"):
+        column, way = spec.split(":")
+        want = {}
+        for _, group in plain.groupby("minhash_cluster"):
+            members = [(None if pd.isna(value[column][i]) else value[column][i], i, False) for i in group["id"]]
+            want.update(dict.fromkeys(group["id"], _survivor(members, way)))
+        run(str(src), str(tmp_path / column), drop=False, keep_by=spec)
+        kept = pd.read_parquet(tmp_path / column, columns=["id", "minhash_cluster"])
+        assert dict(zip(kept["id"], kept["minhash_cluster"])) == want
+        assert sum(want[i] != c for i, c in zip(plain["id"], plain["minhash_cluster"])) > 0, spec
+    written = sorted(p.relative_to(tmp_path / "year") for p in (tmp_path / "year").rglob("*.parquet")
+                     if not p.relative_to(tmp_path / "year").parts[0].startswith("_"))
+    assert written == sorted(p.relative_to(src) for p in src.rglob("*.parquet"))
+    assert all(pq.read_schema(tmp_path / "year" / p).names == ["id", "text", "minhash_cluster"] for p in written)
+    refused = run_command([*DEDUP, "near", str(src), str(tmp_path / "by-id"), "--id-column", "year", "--threads", "1"],
+                          timeout=120)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "is a Hive key of the input's directories" in refused.stderr and not (tmp_path / "by-id").exists()

@@ -39,7 +39,7 @@ def write_outputs(plan: Plan) -> report_page.Extras:
                          plan.text_column: pd.Series(dtype=TEXT_DTYPE)})
     keep = None
     if plan.keep_by is not None and plan.near:
-        keep = (plan.keep_by[0], plan.schema.field(plan.keep_by[0]).type)
+        keep = (plan.keep_by[0], plan.column_type(plan.keep_by[0]))
         meta[KEEP] = pd.Series(dtype=pd.ArrowDtype(reads.keep_type(keep[1])))
     ddf = dd.from_map(write.read_group, groups, id_column=plan.id_column, text_column=plan.text_column,
                       id_type=id_type, keep=keep, meta=meta, enforce_metadata=False, label="read-shards")

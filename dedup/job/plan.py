@@ -165,13 +165,21 @@ class Plan:
     """`--max-contaminated`: the share of the input decontamination may remove before the run stops."""
     kept: Any = None
     """The stage results kept as the job goes (`dedup.job.checkpoints.Checkpoints`, made when it starts)."""
+    hive: pa.Schema = field(default_factory=lambda: pa.schema([]))
+    """The Hive keys of the input's directories that are not columns of its files (`shards.hive_schema`):
+    columns `--keep-by` can name, never written into OUTPUT's shards."""
+
+    def column_type(self, name: str) -> pa.DataType:
+        """The type of an input column: a column of the files, or a Hive key of their directories."""
+        return (self.schema if name in self.schema.names else self.hive).field(name).type
 
     def close(self) -> None:
         self.staging.close()
 
 
 def _keep_by(spec: str, schema: pa.Schema, near: bool) -> tuple[str, str]:
-    """`--keep-by COLUMN[:max|:min]` checked against the input's schema: (column, "max" or "min")."""
+    """`--keep-by COLUMN[:max|:min]` checked against the input's columns (its files' and the Hive keys
+    of their directories, `shards.hive_schema`): (column, "max" or "min")."""
     column, _, way = spec.rpartition(":") if spec.endswith((":max", ":min")) else (spec, ":", "max")
     if not near:
         raise UsageError("--keep-by chooses which copy of a near duplicate survives; it needs `run` or `near`.")
@@ -364,12 +372,17 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
         if id_column == shards_mod.POSITION_ID:
             log.info("the input has no 'id' column: each document's id is its position, FILE#ROW (e.g. %s); "
                      "--id-column names a column of ids", shards_mod.position_id(found[0].name, 0))
+    hive = shards_mod.hive_schema(found, schema)
+    if id_column in hive.names:
+        raise UsageError(f"--id-column {id_column}: {id_column!r} is a Hive key of the input's directories "
+                         f"({id_column}=...), shared by every document below each one, so it cannot tell documents "
+                         "apart; name a column of the files.")
     shards_mod.check_columns(found, schema, id_column, o.text_column)
     if o.cluster_size and not o.near:
         raise UsageError("--cluster-size counts near duplicates; it needs `run` or `near`, not `decontaminate`.")
     if o.cluster_size and shards_mod.SIZE_COLUMN in schema.names:
         raise UsageError(f"The input already has a {shards_mod.SIZE_COLUMN!r} column; rename or drop it first.")
-    keep = _keep_by(o.keep_by, schema, o.near) if o.keep_by else None
+    keep = _keep_by(o.keep_by, pa.schema([*schema, *hive]), o.near) if o.keep_by else None
     if o.near and params.shingle_unit == "word":
         _warn_unspaced(found, o.text_column, report)
     parts: list[IndexPart] = []
@@ -413,6 +426,6 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     return Plan(input, output, found, schema, groups, prot, params, o.near, o.drop, id_column, o.text_column, o.components,
                 o.retries, o.features_on_disk, o.dry_run, o.write_report, staging, report, start, parts, o.skip_existing,
                 o.write_index, cluster_size=o.cluster_size, keep_by=keep, clusters=o.clusters,
-                max_contaminated=float(o.max_contaminated))
+                max_contaminated=float(o.max_contaminated), hive=hive)
 
 

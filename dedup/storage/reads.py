@@ -14,7 +14,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dedup.core.text import TEXT_DTYPE
-from dedup.storage.shards import INT64_MAX, POSITION_ID, Piece, Shard, _too_large, open_input, position_id
+from dedup.storage.shards import (
+    INT64_MAX,
+    POSITION_ID,
+    Piece,
+    Shard,
+    _too_large,
+    hive_column,
+    open_input,
+    position_id,
+)
 
 READ_BATCH_ROWS = 8_192
 """Rows a reader decodes at a time when it reads part of a row group (a piece of one that is above the bounds)."""
@@ -152,10 +161,13 @@ def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: st
     for piece in pieces:
         s = piece.shard
         positions = id_column == POSITION_ID
+        in_file = keep is not None and keep[0] in s.schema.names  # else a Hive key of its path (or nulls)
         t = read_table(s.path, list(dict.fromkeys([*([] if positions else [id_column]), text_column,
-                                                   *([keep[0]] if keep else [])])), piece.start, piece.stop)
+                                                   *([keep[0]] if in_file else [])])), piece.start, piece.stop)
         if keep is not None:
-            kept.extend(keep_values(t.column(keep[0]), keep[1]).chunks)
+            column = t.column(keep[0]) if in_file else \
+                pa.chunked_array([hive_column(s, keep[0], keep[1], piece.rows)], keep[1])
+            kept.extend(keep_values(column, keep[1]).chunks)
         txt = t.column(text_column)
         idc = pa.chunked_array([pa.array([position_id(s.name, r) for r in range(piece.start, piece.stop)],
                                          pa.string())]) if positions else t.column(id_column)

@@ -127,6 +127,48 @@ HIVE_DIR = re.compile(r"[^/=]+=[^/]*")
 """A Hive partition directory (`lang=en`): its name holds a column of the dataset for Hive-aware readers."""
 
 
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+"""The value Hive writes in a partition directory's name for a null key."""
+
+
+def hive_values(name: str) -> dict[str, str | None]:
+    """The Hive keys of a file's output name (`lang=en/part-0.parquet`: {"lang": "en"}), values
+    URL-decoded as pyarrow's Hive partitioning reads them; None for Hive's null."""
+    from urllib.parse import unquote
+
+    out: dict[str, str | None] = {}
+    for part in posixpath.dirname(name).split("/"):
+        if HIVE_DIR.fullmatch(part):
+            key, _, value = part.partition("=")
+            out[unquote(key)] = None if value in ("", HIVE_NULL) else unquote(value)
+    return out
+
+
+def _integer(value: str | None) -> bool:
+    return value is None or (re.fullmatch(r"-?\d{1,19}", value) is not None and -2**63 <= int(value) <= INT64_MAX)
+
+
+def hive_schema(shards: Sequence[Shard], schema: pa.Schema) -> pa.Schema:
+    """The Hive keys of the input files' names (`hive_values`) that are not columns of the files, as
+    the columns Hive-aware readers (pyarrow, pandas, Spark) give: int64 where every value is an
+    integer, else strings; null in a file whose path has no such key."""
+    found: dict[str, list[str | None]] = {}
+    for s in shards:
+        for key, value in hive_values(s.name).items():
+            found.setdefault(key, []).append(value)
+    return pa.schema([pa.field(k, pa.int64() if all(map(_integer, vs)) else pa.string())
+                      for k, vs in found.items() if k not in schema.names])
+
+
+def hive_column(shard: Shard, column: str, t: pa.DataType, rows: int) -> pa.Array:
+    """`rows` values of the Hive key `column` for the rows of `shard` (its value in the file's path,
+    of type `t`), or nulls where the path has none."""
+    value = hive_values(shard.name).get(column)
+    if value is None:
+        return pa.nulls(rows, t)
+    return pa.repeat(pa.scalar(int(value) if pa.types.is_integer(t) else value, t), rows)
+
+
 def output_names(files: Sequence[str]) -> list[str]:
     """Each file's path relative to the deepest directory holding them all that is not a Hive
     partition directory (`HIVE_DIR`): its output name."""
