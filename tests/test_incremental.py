@@ -419,6 +419,7 @@ def test_an_against_run_that_keeps_no_document_gives_no_size_per_document(client
     with caplog.at_level(logging.INFO, logger="dedup"):
         m = run(str(write_shards(copies, tmp_path / "c2", 1)), str(tmp_path / "out2"), against=[str(tmp_path / "out1")])
     assert m["output_rows"] == 0 and m["near_duplicates_of_indexed"] == 20
+    assert {r["removed"] for r in m["what_if"]} == {20}  # copies of published documents go at any threshold
     assert m["index"]["documents"] == 0 and m["index"]["bytes_per_document"] is None and m["index"]["bytes"] > 0
     assert any("index of no kept document (20 near duplicates)" in r.getMessage() for r in caplog.records)
     line = next(x for x in _summary(m).splitlines() if x.startswith("index"))

@@ -266,3 +266,31 @@ def test_the_page_records_the_run_in_chromium(tmp_path: Path, corpus_frame: pd.D
     assert rows["skipped, id already indexed (--skip-existing)"] == "30"
     assert rows["near duplicates of earlier outputs"] == f"{m['near_duplicates_of_indexed']:,}" != "0"
     assert rows["banding"].startswith("16 x 8: a pair at the threshold is a candidate 94.7% of the time")
+
+
+def test_the_what_if_table_says_what_a_run_at_each_threshold_removes(client, tmp_path: Path,
+                                                                     corpus_frame: pd.DataFrame) -> None:
+    """A dry run's what-if table: at each threshold, the documents a run at that threshold with the
+    same banding removes (such runs made here), the run's own count at its own, and the banding's
+    S-curve at each; the page shows it (in Chromium)."""
+    from selenium.webdriver.common.by import By
+
+    src = str(write_shards(corpus_frame, tmp_path / "in", 2))
+    m = run(src, str(tmp_path / "dry"), dry_run=True)
+    rows = {r["threshold"]: r for r in m["what_if"]}
+    assert sorted(rows) == [0.7, 0.75, 0.8, 0.85, 0.9]
+    assert rows[0.8]["removed"] == m["near_duplicates_found"]
+    for t in (0.75, 0.85, 0.9):
+        at = run(src, str(tmp_path / f"at{t}"), params=Params(threshold=t), dry_run=True, write_report=False)
+        assert at["near_duplicates_found"] == rows[t]["removed"], t
+    assert all(r["candidate_at"] == round(1 - (1 - t ** 8) ** 16, 4) for t, r in rows.items())
+    assert rows[0.7]["removed"] >= rows[0.75]["removed"] >= rows[0.8]["removed"] > rows[0.9]["removed"]
+    d = chromium()
+    try:
+        d.get((tmp_path / "dry" / m["report"]).as_uri())
+        shown = [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
+                 for r in d.find_elements(By.CSS_SELECTOR, "#what-if-table tr")[1:]]
+    finally:
+        d.quit()
+    assert shown == [[f"{t}" + (" (this run)" if t == 0.8 else ""), f"{rows[t]['removed']:,}",
+                      f"{100 * rows[t]['candidate_at']:.1f}%"] for t in sorted(rows)]

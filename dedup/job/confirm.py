@@ -10,7 +10,8 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from dedup.config import Params
+from dedup.config import CLIENT_COMPONENT_EDGES, Params
+from dedup.core.lsh import probability
 from dedup.job.checkpoints import Through, as_is
 from dedup.job.graphs import persist, persist_counting, persisted_bytes
 from dedup.job.page_data import NEAR_PAIRS
@@ -29,6 +30,7 @@ from dedup.partition.confirm import (
     pairs_with_left,
     score_at_right,
 )
+from dedup.partition.what_if import WHAT_IF_META, WHAT_IF_THRESHOLDS, removed_at, what_if_edges
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class ConfirmCounts:
     similarity_histogram: list[int]
     near_threshold: pd.DataFrame | None = None
     """With `near_pairs`: the candidate pairs nearest the threshold on each side (`nearest_threshold`)."""
+    what_if: pd.DataFrame | None = None
+    """With `what_if`: the scored pairs some threshold of the what-if table would join (`what_if_edges`)."""
 
 SIMILARITY_BINS = 50
 """Bins of [0, 1] for the similarity histogram of candidate pairs (the report's plot)."""
@@ -50,7 +54,8 @@ SIMILARITY_BINS = 50
 
 def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str, params: Params,
             n_new: int | None = None, placement: keyspace.Placement = keyspace.OWN, edge_rows: int | None = None,
-            near_pairs: int = 0, through: Through = as_is) -> tuple[dd.DataFrame, dd.DataFrame, ConfirmCounts]:
+            near_pairs: int = 0, what_if: float | None = None, through: Through = as_is
+            ) -> tuple[dd.DataFrame, dd.DataFrame, ConfirmCounts]:
     """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
     document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
     then to its right document's, where it is scored. Same-text edges of buckets travel the same
@@ -61,7 +66,9 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     `n_new` on are earlier indexes' documents (never paired with each other), placed by `placement`.
     `edge_rows`: the bucket edges' rows (`buckets` counts them), which bound both hops' rows: small
     ones take `route_small`. `near_pairs`: also find that many candidate pairs nearest the threshold
-    on each side, in the same round trip as the counts (the page's)."""
+    on each side, in the same round trip as the counts (the page's). `what_if`: the lowest threshold of
+    the page's what-if table: the pairs any threshold from it up would join come back in that round
+    trip too (`what_if_edges`; only when the bucket edges, which bound them, fit on the client)."""
     n_new = feat.npartitions if n_new is None else n_new
     routes = edges.map_partitions(confirm_routes, meta=ROUTED_META)
     scored = through("scored", score_pairs(routes, feat, texts, text_column=text_column, params=params,
@@ -75,7 +82,12 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     if near_pairs:
         lazy.append(scored.map_partitions(nearest_threshold, column, params.threshold, near_pairs, n_new,
                                           meta=NEAR_META))
-    (scored, graph), (c, s, *near) = persist_counting([scored, graph], lazy)  # one round trip
+    wanted = what_if is not None and edge_rows is not None and edge_rows <= CLIENT_COMPONENT_EDGES
+    if wanted:
+        lazy.append(dd.map_partitions(what_if_edges, scored, feat, n_new, column, what_if, meta=WHAT_IF_META,
+                                      align_dataframes=False))
+    (scored, graph), (c, s, *rest) = persist_counting([scored, graph], lazy)  # one round trip
+    near, weighed = (rest[:1] if near_pairs else []), (rest[-1] if wanted else None)
     nearest = None
     if near:
         nearest = near[0].sort_values(["distance", "left", "right"], kind="stable").groupby(
@@ -86,7 +98,8 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     counts = ConfirmCounts(candidate_pairs=int(c["candidates"].sum()), confirmed_pairs=confirmed,
                            same_text_pairs=edges_total - confirmed, graph_edges=edges_total,
                            similarity_histogram=[int(x) for x in hist],
-                           near_threshold=nearest.reset_index(drop=True) if nearest is not None else None)
+                           near_threshold=nearest.reset_index(drop=True) if nearest is not None else None,
+                           what_if=weighed)
     return graph, scored, counts
 
 
@@ -135,10 +148,18 @@ class Confirm(Step):
 
     def run(self, job: Job) -> str:
         s, report = job.settings, job.report
+        thresholds = sorted({*WHAT_IF_THRESHOLDS, s.params.threshold})
         job.graph, job.scored, conf = confirm(job.edges, job.feat_all, job.texts, text_column=s.text_column,
                                               params=s.params, n_new=job.feat.npartitions, placement=job.placement,
                                               edge_rows=job.edge_rows, near_pairs=NEAR_PAIRS if s.details else 0,
+                                              what_if=thresholds[0] if s.details else None,
                                               through=partial(job.kept.through, self.name))
+        if conf.what_if is not None:
+            p = s.params
+            removed = removed_at(conf.what_if, thresholds, p.threshold, job.first_indexed)
+            report.what_if = [{"threshold": t, "removed": r,
+                               "candidate_at": round(float(probability(t, p.num_bands, p.rows_per_band)), 4)}
+                              for t, r in zip(thresholds, removed)]
         job.near_pairs = conf.near_threshold
         report.similarity_histogram = conf.similarity_histogram
         report.candidate_pairs, report.confirmed_pairs = conf.candidate_pairs, conf.confirmed_pairs

@@ -107,6 +107,7 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
         "protected_files": list(prot.files) if prot else [],
         "versions": versions(), "seconds": report.seconds,
         "dry_run": plan.dry_run, "similarity_histogram": report.similarity_histogram,
+        "what_if": report.what_if or None,
         "warnings": warnings_of(report, params, plan.max_contaminated, plan.near), "max_contaminated": plan.max_contaminated,
         "report": removed.PAGE if plan.write_report else None,
         "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,

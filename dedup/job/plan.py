@@ -69,6 +69,9 @@ class Report:
     output_bytes: int = 0
     """The bytes of the shards written (what a dataset reader of OUTPUT reads; no index, no report)."""
     seconds: dict[str, float] = field(default_factory=dict)
+    what_if: list[dict[str, Any]] = field(default_factory=list)
+    """Documents that other thresholds would remove (`dedup.partition.what_if`), with the banding's
+    chance of making a pair at each a candidate; empty when not computed."""
     notes: list[str] = field(default_factory=list)
     """Warnings found before or outside the stages (each logged as found): an eval file that protects
     nothing, an earlier index whose files cannot be verified, an input of no files. The manifest's

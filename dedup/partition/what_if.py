@@ -1,0 +1,65 @@
+"""What other thresholds would remove: the scored candidate pairs, as edges weighed by their
+similarity, and the documents each threshold's connected components would remove (the page's
+what-if table, so that a dry run answers "how many would 0.75 remove?")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dedup.core.unionfind import components
+from dedup.partition.buckets import same_text_edges
+
+WHAT_IF_THRESHOLDS = (0.7, 0.75, 0.8, 0.85, 0.9)
+"""The thresholds of the what-if table (with the run's own)."""
+
+WHAT_IF_META = pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),
+                             "score": pd.Series(dtype=np.float32), "confirmed": pd.Series(dtype=bool)})
+"""An edge of the what-if graph: a pair, its similarity by the confirm rule (1 for the same words),
+and whether the run confirmed it."""
+
+
+def what_if_edges(scored: pd.DataFrame, feat: pd.DataFrame, n_new: int, column: str, lowest: float,
+                  partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One partition's scored pairs (`dedup.partition.confirm.SCORED_META`) that some threshold from
+    `lowest` up would join: same-text, confirmed, or scoring at least `lowest` by `column`; on a
+    partition of this run's documents, its same-text pairs too (`graph_pairs` joins them)."""
+    same = scored["same"].to_numpy(bool)
+    confirmed = scored["confirmed"].to_numpy(bool)
+    score = np.where(same, np.float32(1.0), scored[column].to_numpy(np.float32))
+    keep = same | confirmed | (score >= np.float32(lowest))
+    out = pd.DataFrame({"left": scored["left"].to_numpy(np.int64)[keep], "right": scored["right"].to_numpy(np.int64)[keep],
+                        "score": score[keep], "confirmed": (same | confirmed)[keep]})
+    if partition_info is None or partition_info["number"] >= n_new:
+        return out
+    inside = same_text_edges(feat)
+    n = len(inside)
+    return pd.concat([out, pd.DataFrame({"left": inside["left"].to_numpy(np.int64),
+                                         "right": inside["right"].to_numpy(np.int64),
+                                         "score": np.ones(n, np.float32), "confirmed": np.ones(n, bool)})],
+                     ignore_index=True)
+
+
+def removed_at(edges: pd.DataFrame, thresholds: Sequence[float], run_threshold: float, first_indexed: int
+               ) -> list[int]:
+    """For each threshold, the documents of this run (keys below `first_indexed`) that its connected
+    components would remove: every one in a component with an earlier output's document, all but one
+    in the others (the contract's rule). At the run's own threshold the run's confirmed edges, exactly."""
+    left, right = edges["left"].to_numpy(np.int64), edges["right"].to_numpy(np.int64)
+    score, confirmed = edges["score"].to_numpy(np.float32), edges["confirmed"].to_numpy(bool)
+    out = []
+    for t in thresholds:
+        use = confirmed if t == run_threshold else score >= np.float32(t)
+        ids, roots = components(left[use], right[use])
+        if not len(ids):
+            out.append(0)
+            continue
+        new = ids < first_indexed
+        _, which = np.unique(roots, return_inverse=True)
+        members = np.bincount(which, weights=new.astype(np.float64))
+        indexed = np.bincount(which, weights=(~new).astype(np.float64)) > 0
+        out.append(int(members.sum() - (~indexed).sum()))
+    return out
