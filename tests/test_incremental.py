@@ -132,6 +132,13 @@ def test_index_round_trip_through_a_third_run(client, tmp_path: Path, split) -> 
               against=[str(tmp_path / "out1"), str(tmp_path / "out2")])
     assert m3b["indexed_documents"] == m3["indexed_documents"]
     assert _clusters(tmp_path / "out3b") == _clusters(tmp_path / "out3")
+    # the near duplicates of each earlier output: new documents whose cluster is named by a document it kept
+    owner = {i: k for k, frame in enumerate((first, second)) for i in frame["id"]}
+    tagged = pd.read_parquet(tmp_path / "out3b")
+    joined = [owner[c] for i, c in zip(tagged["id"], tagged["minhash_cluster"]) if c in owner]
+    by_output = {e["output"]: e["near_duplicates"] for e in m3b["earlier_outputs"]}
+    assert [by_output[str(tmp_path / f"out{k}")] for k in (1, 2)] == [joined.count(0), joined.count(1)]
+    assert sum(by_output.values()) == m3b["near_duplicates_of_indexed"] and min(by_output.values()) > 0
 
 
 def test_mismatched_parameters_ids_and_paths_are_refused_before_any_work(client, tmp_path: Path, split) -> None:

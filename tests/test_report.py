@@ -262,7 +262,8 @@ def test_the_page_records_the_run_in_chromium(tmp_path: Path, corpus_frame: pd.D
     assert rows["near duplicates"] == "kept and tagged (--keep-duplicates)"
     assert rows["survivor (--keep-by)"] == "family:min" and rows["clusters (--clusters)"] == "centred"
     assert rows["index (_index/)"] == "not written" and rows["protected files"] == "none: no decontamination"
-    assert rows["--against"] == f"{tmp_path / 'out1'}: {indexed:,} indexed documents"
+    assert rows["--against"] == (f"{tmp_path / 'out1'}: {indexed:,} indexed documents, "
+                                 f"{m['near_duplicates_of_indexed']:,} near duplicates of them")
     assert rows["skipped, id already indexed (--skip-existing)"] == "30"
     assert rows["near duplicates of earlier outputs"] == f"{m['near_duplicates_of_indexed']:,}" != "0"
     assert rows["banding"].startswith("16 x 8: a pair at the threshold is a candidate 94.7% of the time")

@@ -111,7 +111,10 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
         "warnings": warnings_of(report, params, plan.max_contaminated, plan.near), "max_contaminated": plan.max_contaminated,
         "report": removed.PAGE if plan.write_report else None,
         "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,
-        "earlier_outputs": [{"output": p.output, "indexed_documents": p.documents} for p in plan.against],
+        "earlier_outputs": [{"output": p.output, "indexed_documents": p.documents,
+                             "near_duplicates": report.near_duplicates_by_output[i]
+                             if i < len(report.near_duplicates_by_output) else None}
+                            for i, p in enumerate(plan.against)],
         "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
         "skipped_existing": report.skipped_existing,
         "output_bytes": report.output_bytes,

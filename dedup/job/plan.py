@@ -61,6 +61,8 @@ class Report:
     skipped_existing: int = 0
     indexed_documents: int = 0
     near_duplicates_of_indexed: int = 0
+    near_duplicates_by_output: list[int] = field(default_factory=list)
+    """`near_duplicates_of_indexed` by earlier output, in the order of the run's indexes (`Plan.against`)."""
     index_bytes: int = 0
     index_documents: int = 0
     index_near_duplicates: int = 0

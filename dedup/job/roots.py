@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 import dask.dataframe as dd
+import numpy as np
 import pandas as pd
 
 from dedup.job import page_data
@@ -40,13 +41,15 @@ class RootCounts:
     of_indexed: int
     largest: int
     summary: pd.DataFrame | None
+    of_part: list[int]
+    """Near duplicates of each earlier output's documents (`component_counts`), in the layout's order."""
 
 
 def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = keyspace.NO_INDEX,
           placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
           summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None,
           scored: dd.DataFrame | None = None, exact: bool = False, sizes: bool = False,
-          keep: str | None = None) -> tuple[dd.DataFrame, RootCounts]:
+          keep: str | None = None, part_firsts: tuple[int, ...] = ()) -> tuple[dd.DataFrame, RootCounts]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write (lazy:
     `Roots` persists it, as the write uses it in two computations when an input file is split across
     partitions), and the counts.
@@ -84,13 +87,16 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     by_label = route_by(labelled, partial(label_part, npartitions=k), k, rows, row_bytes)
     by_component = by_label.map_partitions(roots_of_components, first_indexed, exact, sizes, keep, meta=root_meta)
     lazy = [by_component.map_partitions(
-        component_counts, first_indexed,
-        meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64"})]
+        component_counts, first_indexed, part_firsts,
+        meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64",
+              "of_part": object})]
     if summary is not None:
         lazy.append(by_component.map_partitions(summary[0], meta=summary[1]))
     (by_component,), (c, *summarised) = persist_counting([by_component], lazy)  # one round trip
+    of_part = np.sum(np.stack(c["of_part"].to_list()), axis=0) if len(c) else np.zeros(len(part_firsts), np.int64)
     counts = RootCounts(**{k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")},
-                        largest=int(c["largest"].max()), summary=summarised[0] if summarised else None)
+                        largest=int(c["largest"].max()), summary=summarised[0] if summarised else None,
+                        of_part=[int(x) for x in of_part])
     own = by_component if first_indexed >= keyspace.NO_INDEX else \
         by_component.map_partitions(own_documents, first_indexed, meta=root_meta)
     row_bytes = 2 * ID_ROW_BYTES + (ID_ROW_BYTES if scored is not None else 0)
@@ -114,11 +120,13 @@ class Roots(Step):
                           placed=job.placed, edge_rows=job.graph_edges,
                           summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if s.details else None,
                           scored=job.scored if s.details else None, exact=s.params.confirm == "exact",
-                          sizes=s.cluster_size, keep=s.keep)
+                          sizes=s.cluster_size, keep=s.keep,
+                          part_firsts=tuple(q << keyspace.ROW_BITS for q in job.layout.starts) if job.layout else ())
         job.roots = persist(job.kept.through(self.name, "roots", routed))
         report.clusters, report.largest_cluster = r.clusters, r.largest
         report.near_duplicates = r.duplicates
         report.near_duplicates_of_indexed = r.of_indexed
+        report.near_duplicates_by_output = r.of_part
         job.summary = r.summary
         summary = f"{report.clusters} clusters, largest {report.largest_cluster}, {report.near_duplicates} near duplicates"
         if job.layout is not None:

@@ -275,14 +275,24 @@ def _pairs_inside(pairs: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     return pairs[(left >= 0) & (left == right)]
 
 
-def component_counts(roots: pd.DataFrame, first_indexed: int = NO_INDEX) -> pd.DataFrame:
+def component_counts(roots: pd.DataFrame, first_indexed: int = NO_INDEX, part_firsts: tuple[int, ...] = ()
+                     ) -> pd.DataFrame:
     """In one partition of `roots_of_components` output: members and duplicates (this run's documents
     in a cluster, and those that are not its root), clusters, the largest, and duplicates of indexed
-    documents."""
+    documents, in all and (`of_part`) by earlier output: `part_firsts`, each one's first document key,
+    ascending. A duplicate counts with the output that kept its root (`ROOT_DOC`: for a near
+    duplicate an earlier output indexed, standing for its root, the root's key)."""
     sizes = roots.groupby("root").size() if len(roots) else pd.Series(dtype=np.int64)
-    new = roots[roots["doc"].to_numpy(np.int64) < first_indexed]
+    doc = roots["doc"].to_numpy(np.int64)
+    new = roots[doc < first_indexed]
     dup = new["root"].astype(object).to_numpy() != new["_id"].astype(object).to_numpy()
-    indexed_roots = set(roots["root"][roots["doc"].to_numpy(np.int64) >= first_indexed].astype(object))
-    of_indexed = int(new["root"].astype(object).isin(indexed_roots).sum()) if indexed_roots else 0
+    indexed = roots[doc >= first_indexed]
+    indexed_roots = set(indexed["root"].astype(object))
+    joined = new["root"].astype(object).isin(indexed_roots).to_numpy() if indexed_roots else np.zeros(len(new), bool)
+    of_part = np.zeros(len(part_firsts), np.int64)
+    if part_firsts and joined.any():  # the output whose document is kept in the root's place
+        kept = new[ROOT_DOC].to_numpy(np.int64)[joined]
+        np.add.at(of_part, np.searchsorted(np.asarray(part_firsts, np.int64), kept, "right") - 1, 1)
     return pd.DataFrame({"members": [len(new)], "duplicates": [int(dup.sum())], "clusters": [len(sizes)],
-                         "largest": [int(sizes.max()) if len(sizes) else 0], "of_indexed": [of_indexed]})
+                         "largest": [int(sizes.max()) if len(sizes) else 0], "of_indexed": [int(joined.sum())],
+                         "of_part": [of_part]})

@@ -297,7 +297,9 @@ def run_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
                  ("cluster sizes (--cluster-size)", yes_no[bool(m.get("cluster_size"))]),
                  ("index (_index/)", "written" if m.get("index") else "not written")]
     for earlier in m.get("earlier_outputs") or []:
-        rows.append(("--against", f"{earlier['output']}: {earlier['indexed_documents']:,} indexed documents"))
+        near = earlier.get("near_duplicates")
+        rows.append(("--against", f"{earlier['output']}: {earlier['indexed_documents']:,} indexed documents"
+                                  + (f", {near:,} near duplicates of them" if near is not None else "")))
     if m.get("against"):
         rows.append(("near duplicates of earlier outputs", f"{m.get('near_duplicates_of_indexed', 0):,}"))
         rows.append(("skipped, id already indexed (--skip-existing)", f"{m.get('skipped_existing') or 0:,}"))
