@@ -325,12 +325,34 @@ def _load_kernels_quietly() -> None:
         warm_kernels()
 
 
-def dask_setup(worker: Any) -> None:
+SHUFFLE_LOG = "distributed.shuffle._scheduler_plugin"
+"""The scheduler's logger of P2P shuffles: a WARNING line for every shuffle it starts."""
+
+
+def _not_a_shuffle_start(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Shuffle %s initialized by task")
+
+
+def quiet_shuffle_starts() -> None:
+    """Drop the scheduler's line for each P2P shuffle it starts ("Shuffle ... initialized by task ...
+    executed on worker ..."), logged as a WARNING: a dedup job starts dozens, which fill its log. The
+    shuffle plugin's other warnings (a shuffle restarted, deactivated) stay."""
+    logging.getLogger(SHUFFLE_LOG).addFilter(_not_a_shuffle_start)
+
+
+def dask_setup(server: Any) -> None:
     """Worker preload (local clusters use it; `dask worker --preload dedup.runtime` on your own):
     Arrow memory from jemalloc (`arrow_memory_pool`), then the modules the tasks
     come from, frames sized by their arrays (`dedup.job.frame_size`) and the compiled kernels,
     loaded before the worker takes tasks. A failure here is only logged: the first task that needs
-    the module then raises it where the user sees it."""
+    the module then raises it where the user sees it. As a scheduler's preload (`dask scheduler
+    --preload dedup.runtime`), it quiets that scheduler's line for each shuffle started
+    (`quiet_shuffle_starts`)."""
+    from distributed import Scheduler
+
+    if isinstance(server, Scheduler):
+        quiet_shuffle_starts()
+        return
     try:
         arrow_memory_pool()
         import dedup.job.pipeline  # noqa: F401  (the tasks' functions live there and in its imports)

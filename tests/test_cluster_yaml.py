@@ -139,7 +139,7 @@ def test_the_commands_for_a_cluster_by_hand_are_what_dedup_gives_its_own_workers
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
     lines = [shlex.split(line) for line in block.strip().splitlines()]
     scheduler = next(words for words in lines if words[:2] == ["dask", "scheduler"])
-    scheduler_cli.make_context("dask scheduler", scheduler[2:])
+    assert "dedup.runtime" in scheduler_cli.make_context("dask scheduler", scheduler[2:]).params["preload"]
     worker = next(words for words in lines if "worker" in words)
     at = worker.index("dask")
     env = dict(w.split("=", 1) for w in worker[:at])

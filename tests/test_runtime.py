@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -316,3 +317,25 @@ def test_warm_up_loads_every_kernel() -> None:
     assert got.returncode == 0, got.stderr
     found = json.loads(got.stdout)
     assert len(found) >= 10 and all(n >= 1 for n in found.values()), found
+
+
+def test_as_a_schedulers_preload_it_drops_the_line_of_each_shuffle_start(caplog: pytest.LogCaptureFixture) -> None:
+    """`dask scheduler --preload dedup.runtime`: the scheduler's P2P plugin logs a WARNING for every
+    shuffle it starts (dozens a job); that line goes, its other warnings stay."""
+    import asyncio
+
+    from distributed import Scheduler
+
+    from dedup import runtime
+
+    async def setup() -> None:
+        scheduler = Scheduler(dashboard_address=":0", host="127.0.0.1")
+        runtime.dask_setup(scheduler)
+
+    asyncio.run(setup())
+    plugin = logging.getLogger(runtime.SHUFFLE_LOG)
+    with caplog.at_level(logging.WARNING, logger=runtime.SHUFFLE_LOG):
+        plugin.warning("Shuffle %s initialized by task %r executed on worker %s", "abc", ("t", 0), "tcp://w")
+        plugin.warning("Shuffle %s restarted due to stimulus '%s", "abc", "s1")
+    said = [r.getMessage() for r in caplog.records if r.name == runtime.SHUFFLE_LOG]
+    assert said == ["Shuffle abc restarted due to stimulus 's1"]
