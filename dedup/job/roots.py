@@ -45,11 +45,11 @@ class RootCounts:
     """Near duplicates of each earlier output's documents (`component_counts`), in the layout's order."""
 
 
-def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, first_indexed: int = keyspace.NO_INDEX,
+def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, part_firsts: tuple[int, ...] = (),
           placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
           summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None,
           scored: dd.DataFrame | None = None, exact: bool = False, sizes: bool = False,
-          keep: str | None = None, part_firsts: tuple[int, ...] = ()) -> tuple[dd.DataFrame, RootCounts]:
+          keep: str | None = None) -> tuple[dd.DataFrame, RootCounts]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write (lazy:
     `Roots` persists it, as the write uses it in two computations when an input file is split across
     partitions), and the counts.
@@ -57,7 +57,8 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     The labels (smallest key of each component) go to their documents' partitions to collect
     ids, then are shuffled on the label so each component is in one partition, where its root,
     the smallest id, is chosen (the smallest indexed id, when the component holds documents of an
-    earlier output: partitions from `n_new` on, placed by `placement`, keys from `first_indexed` on).
+    earlier output: partitions from `n_new` on, placed by `placement`; `part_firsts`, the first key of
+    each earlier output's documents, ascending: theirs are the keys from the first on).
     `placed`: the labels are at their documents' partitions already (`components_on_client`).
     `edge_rows`: the graph's edges, when known: at most twice as many documents are clustered, and
     so few take `route_small` instead of shuffles. `summary`: (function, meta) run on each partition of
@@ -71,6 +72,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, fi
     survivor, which the roots carry on."""
     n = feat.npartitions
     n_new = n if n_new is None else n_new
+    first_indexed = part_firsts[0] if part_firsts else keyspace.NO_INDEX
     id_meta = feat._meta["_id"]
     members = 2 * edge_rows if edge_rows is not None else None
     at_docs = labels if placed else route(labels, "doc", n, placement, members, 16)
@@ -116,12 +118,12 @@ class Roots(Step):
 
     def run(self, job: Job) -> str:
         s, report = job.settings, job.report
-        routed, r = roots(job.labels, job.feat_all, job.feat.npartitions, job.first_indexed, job.placement,
+        firsts = tuple(q << keyspace.ROW_BITS for q in job.layout.starts) if job.layout is not None else ()
+        routed, r = roots(job.labels, job.feat_all, job.feat.npartitions, firsts, job.placement,
                           placed=job.placed, edge_rows=job.graph_edges,
                           summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if s.details else None,
                           scored=job.scored if s.details else None, exact=s.params.confirm == "exact",
-                          sizes=s.cluster_size, keep=s.keep,
-                          part_firsts=tuple(q << keyspace.ROW_BITS for q in job.layout.starts) if job.layout else ())
+                          sizes=s.cluster_size, keep=s.keep)
         job.roots = persist(job.kept.through(self.name, "roots", routed))
         report.clusters, report.largest_cluster = r.clusters, r.largest
         report.near_duplicates = r.duplicates

@@ -163,7 +163,8 @@ def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: st
         positions = id_column == POSITION_ID
         in_file = keep is not None and keep[0] in s.schema.names  # else a Hive key of its path (or nulls)
         t = read_table(s.path, list(dict.fromkeys([*([] if positions else [id_column]), text_column,
-                                                   *([keep[0]] if in_file else [])])), piece.start, piece.stop)
+                                                   *([keep[0]] if keep and in_file else [])])), piece.start,
+                       piece.stop)
         if keep is not None:
             column = t.column(keep[0]) if in_file else \
                 pa.chunked_array([hive_column(s, keep[0], keep[1], piece.rows)], keep[1])
