@@ -374,14 +374,14 @@ def test_an_index_of_an_older_format_gives_the_same_decisions(client, tmp_path: 
     """Format 7 band files hold key prefixes, and its docs files the signatures of the near duplicates
     a run dropped only; a later run confirms every prefix match by the document's signature, and
     computes the missing signatures from OUTPUT's texts. The same index as format 6 held it (whole
-    keys and text hashes in the band files: the matched rows join the buckets as read), as format 5
-    (every signature too) and as format 2 (whole keys, no text hashes: a detour through the index
-    partitions) reaches the same decisions."""
+    keys and text hashes in the band files: the matched rows join the buckets as read) and as format
+    2 (every signature stored, as up to format 5; whole keys, no text hashes: a detour through the
+    index partitions) reaches the same decisions."""
     first, second, _ = split
     run(str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"))
     src = str(write_shards(second, tmp_path / "c2", 2))
     m7 = run(src, str(tmp_path / "new7"), drop=False, against=[str(tmp_path / "out1")])
-    for fmt in (6, 5, 2):
+    for fmt in (6, 2):
         assert _as_older_format(tmp_path / "out1", tmp_path / f"old{fmt}", fmt) > 0
         m = run(src, str(tmp_path / f"new{fmt}"), drop=False, against=[str(tmp_path / f"old{fmt}")])
         assert _clusters(tmp_path / f"new{fmt}") == _clusters(tmp_path / "new7"), fmt
