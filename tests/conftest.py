@@ -50,11 +50,11 @@ FAST_MODULES = frozenset({
 """The inner loop (`pytest -m fast`, about 40 s): the rule, the per-partition functions, the layers."""
 
 
-LONGEST_MODULES = ("test_scale_out", "test_resume", "test_centred", "test_faults", "test_incremental",
-                   "test_pipeline", "test_object_store", "test_keep_by", "test_fidelity", "test_report",
+LONGEST_MODULES = ("test_resume", "test_centred", "test_scale_out", "test_incremental", "test_faults",
+                   "test_pipeline", "test_keep_by", "test_object_store", "test_fidelity", "test_report",
                    "test_row_groups", "test_cli", "test_stalls", "test_runtime", "test_first_hour", "test_paths",
-                   "test_evalfiles", "test_small_promises", "test_bad_input", "test_cluster_size",
-                   "test_components", "test_clean_failures")
+                   "test_cluster_size", "test_bad_input", "test_small_promises", "test_clean_failures",
+                   "test_evalfiles", "test_components")
 """The modules that take longest on 2 cores, longest first: pytest-xdist hands out whole modules
 (`--dist loadfile`) in collection order (`--no-loadscope-reorder`, in pyproject.toml), so these are
 collected first and the short ones fill the end; in alphabetical order a 35-second module started

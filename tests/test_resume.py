@@ -93,6 +93,9 @@ def test_a_client_killed_after_each_stage_resumes_to_the_same_output(inputs: tup
     # time to keep each result, which the line counts too
     assert 0 < resumed["reused_seconds"] <= spent + 0.05 * len(ORDER)
     assert f"(and {resumed['reused_seconds']:.1f} s of the interrupted run's stages, reused)" in got.stdout
+    page = (out / manifest["report"]).read_text(encoding="utf-8")  # the page records where the run came from
+    assert (f"<tr><th>resumed</th><td>from report, reusing {', '.join(ORDER)} of an interrupted run "
+            f"({resumed['reused_seconds']:.1f} s of its stages)</td></tr>") in page
     assert parquet_digests(out) == baseline
     assert not _staging(out) and not (out / "_stages").exists() and not (out / "_resume.json").exists()
 
