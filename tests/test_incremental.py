@@ -162,7 +162,14 @@ def test_mismatched_parameters_ids_and_paths_are_refused_before_any_work(client,
     assert not (tmp_path / "o").exists()
 
 
-def test_existing_ids_are_refused_or_skipped(client, tmp_path: Path, split) -> None:
+def test_existing_ids_are_refused_or_skipped(client, tmp_path: Path, split, caplog: pytest.LogCaptureFixture) -> None:
+    """Ids an earlier run read are refused, or skipped with --skip-existing; and a crawl of copies of
+    published documents keeps none: its index holds no kept document, and neither the log, the
+    manifest nor the summary divides its bytes by zero documents."""
+    import logging
+
+    from dedup.cli import _summary
+
     first, second, _ = split
     run(str(write_shards(first, tmp_path / "c1", 1)), str(tmp_path / "out1"))
     kept = pd.read_parquet(tmp_path / "out1")
@@ -182,6 +189,15 @@ def test_existing_ids_are_refused_or_skipped(client, tmp_path: Path, split) -> N
     assert m["input_rows"] == m["output_rows"] + m["near_duplicates_dropped"] + m["skipped_existing"]
     removed = pd.read_parquet(tmp_path / "o" / "_report" / "removed.parquet")
     assert set(removed[removed["reason"] == "already_indexed"]["id"]) == set(seen["id"])
+    copies = first.iloc[:20].assign(id=[f"copy-{i}" for i in range(20)])
+    with caplog.at_level(logging.INFO, logger="dedup"):
+        m = run(str(write_shards(copies, tmp_path / "c3", 1)), str(tmp_path / "copies"), against=[str(tmp_path / "out1")])
+    assert m["output_rows"] == 0 and m["near_duplicates_of_indexed"] == 20
+    assert {r["removed"] for r in m["what_if"]} == {20}  # copies of published documents go at any threshold
+    assert m["index"]["documents"] == 0 and m["index"]["bytes_per_document"] is None and m["index"]["bytes"] > 0
+    assert any("index of no kept document (20 near duplicates)" in r.getMessage() for r in caplog.records)
+    line = next(x for x in _summary(m).splitlines() if x.startswith("index"))
+    assert "(0 kept documents" in line and "bytes each" not in line
 
 
 def test_cli_against_and_index_size(tmp_path: Path, split) -> None:
@@ -411,23 +427,3 @@ def test_index_files_sort_like_a_lexsort_of_every_row(rows: list[tuple[int, int]
     ids = np.array([f"id{d}" for d in doc], dtype=object)
     assert ids[_sort_order([h, ids])].tolist() == ids[perm][_sort_order([h[perm], ids[perm]])].tolist()
 
-
-def test_an_against_run_that_keeps_no_document_gives_no_size_per_document(client, tmp_path: Path, split,
-                                                                          caplog: pytest.LogCaptureFixture) -> None:
-    """A new crawl of copies of published documents keeps none: its index holds no kept document, and
-    neither the log, the manifest nor the summary divides its bytes by zero documents."""
-    import logging
-
-    from dedup.cli import _summary
-
-    first, _, _ = split
-    run(str(write_shards(first, tmp_path / "c1", 1)), str(tmp_path / "out1"))
-    copies = first.iloc[:20].assign(id=[f"copy-{i}" for i in range(20)])
-    with caplog.at_level(logging.INFO, logger="dedup"):
-        m = run(str(write_shards(copies, tmp_path / "c2", 1)), str(tmp_path / "out2"), against=[str(tmp_path / "out1")])
-    assert m["output_rows"] == 0 and m["near_duplicates_of_indexed"] == 20
-    assert {r["removed"] for r in m["what_if"]} == {20}  # copies of published documents go at any threshold
-    assert m["index"]["documents"] == 0 and m["index"]["bytes_per_document"] is None and m["index"]["bytes"] > 0
-    assert any("index of no kept document (20 near duplicates)" in r.getMessage() for r in caplog.records)
-    line = next(x for x in _summary(m).splitlines() if x.startswith("index"))
-    assert "(0 kept documents" in line and "bytes each" not in line
