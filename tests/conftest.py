@@ -342,8 +342,42 @@ def _stop_pid(pid: int) -> None:
         pass
 
 
+class _SharedBrowser:
+    """The test process's one Chromium, as a test uses it: `quit` leaves it for the next test (starting
+    one takes about a second); `pytest_sessionfinish` quits it."""
+
+    def __init__(self, driver: Any) -> None:
+        self._driver = driver
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._driver, name)
+
+    def quit(self) -> None:
+        self._driver.get("about:blank")
+
+
+_browser: list[Any] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    while _browser:
+        _browser.pop().quit()
+
+
 def chromium(width: int = 1200, height: int = 2000) -> Any:
-    """A headless Chromium driven by Selenium, logging the console and the network (quit it after use)."""
+    """The test process's headless Chromium (started at its first use), at this window size, with the
+    console and network logs of earlier tests drained: what each test then reads is its own."""
+    if not _browser:
+        _browser.append(_start_chromium())
+    driver = _browser[0]
+    driver.set_window_size(width, height)
+    for kind in ("browser", "performance"):
+        driver.get_log(kind)
+    return _SharedBrowser(driver)
+
+
+def _start_chromium() -> Any:
+    """A headless Chromium driven by Selenium, logging the console and the network."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -353,8 +387,7 @@ def chromium(width: int = 1200, height: int = 2000) -> Any:
         raise RuntimeError("the report tests need Chromium and chromedriver (`apt-get install chromium "
                            "chromium-driver`; .ci/run installs them)")
     opts = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                f"--window-size={width},{height}"):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         opts.add_argument(arg)
     opts.binary_location = browser
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
