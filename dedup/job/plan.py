@@ -278,7 +278,8 @@ def _log_banding(params: Params) -> None:
         log.warning("%s", warning)
         return
     b = banding(params)
-    rule = b.get("recommended") == {k: b[k] for k in ("num_bands", "rows_per_band", "candidate_at_threshold")}
+    best = b.get("recommended") or {}
+    rule = (best.get("num_bands"), best.get("rows_per_band")) == (b["num_bands"], b["rows_per_band"])
     log.info("banding %d x %d: a pair at the threshold %s is a candidate %.1f%% of the time%s", b["num_bands"],
              b["rows_per_band"], params.threshold, 100 * b["candidate_at_threshold"],
              " (the banding `dedup tune` recommends for it)" if rule else "")

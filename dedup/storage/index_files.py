@@ -119,8 +119,9 @@ def read_range(part: IndexPart, kind: str, m: int, parts: int, column: str) -> p
             tables.append(dataset.to_table())
             continue
         if kind == BANDS and part.format >= KEY_PREFIXES:  # every prefix the range's keys can have
-            flt = (pc.field(column) >= pa.scalar(lo >> 32, pa.uint32())) & \
-                  (pc.field(column) <= pa.scalar((hi - 1) >> 32, pa.uint32()))
+            shift = int(PREFIX_SHIFT)
+            flt = (pc.field(column) >= pa.scalar(lo >> shift, pa.uint32())) & \
+                  (pc.field(column) <= pa.scalar((hi - 1) >> shift, pa.uint32()))
         else:
             flt = pc.field(column) >= pa.scalar(lo, pa.uint64())
             if hi < KEY_SPACE:
