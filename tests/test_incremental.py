@@ -29,6 +29,7 @@ from dedup.job.pipeline import run
 from dedup.storage.index import INDEX_DIR, INDEX_META
 from dedup.storage.safety import UsageError
 from tests.conftest import run_command, write_shards
+from tests.reference import ref_band_keys, ref_signature
 
 
 def indexed(inputs: list[pd.DataFrame], outputs: list[Path], params: Params) -> pd.DataFrame:
@@ -241,10 +242,12 @@ def test_docs_read_by_row_group_give_the_same_answer(tmp_path: Path, split, monk
 
 
 def test_a_new_document_near_only_a_dropped_duplicate_joins_its_cluster(client, tmp_path: Path) -> None:
-    """r <- d (dropped by the first run) <- n: n is near d (estimate 0.85) but not r (0.71). One run
-    over all three puts n in r's cluster; so does a run over n against the first output, whose
-    index keeps d as a stand-in for r. With exact Jaccard d's text is gone with it, and n stays."""
-    rng = np.random.default_rng(7)
+    """r <- d (dropped by the first run) <- n: n is near d (estimate 0.87) but not r (0.73), and shares
+    no bucket with r. One run over all three puts n in r's cluster; so does a run over n against the
+    first output, whose index keeps d as a stand-in for r (or d itself, tagged, when the first run
+    keeps its duplicates), and n's similarity to its survivor is to r, read from the earlier output
+    beside d. With exact Jaccard a dropped d's text is gone with it, and n stays."""
+    rng = np.random.default_rng(8)
     words = [f"w{x}" for x in rng.integers(0, 10**6, 200)]
 
     def edit(ws: list[str], lo: int, tag: str) -> list[str]:
@@ -256,17 +259,26 @@ def test_a_new_document_near_only_a_dropped_duplicate_joins_its_cluster(client, 
     first = pd.DataFrame({"id": ["a-root", "b-dup", *[f"c{j}" for j in range(6)]],
                           "text": [" ".join(r), " ".join(d), *filler]})
     second = pd.DataFrame({"id": ["z-new"], "text": [" ".join(n)]})
-    for confirm, want in (("estimate", "a-root"), ("exact", "z-new")):
+    sig_r, sig_n = ref_signature(" ".join(r)), ref_signature(" ".join(n))
+    assert not set(enumerate(ref_band_keys(sig_r))) & set(enumerate(ref_band_keys(sig_n)))
+    for confirm, kept_dups, want in (("estimate", False, "a-root"), ("estimate", True, "a-root"),
+                                     ("exact", False, "z-new")):
         params = Params(confirm=confirm)
-        out1, out2 = tmp_path / f"{confirm}-1", tmp_path / f"{confirm}-2"
-        run(str(write_shards(first, tmp_path / f"{confirm}-c1", 2)), str(out1), params=params)
-        assert set(pd.read_parquet(out1)["id"]) == set(first["id"]) - {"b-dup"}
-        run(str(write_shards(second, tmp_path / f"{confirm}-c2", 1)), str(out2), params=params, drop=False,
-            against=[str(out1)])
+        out1, out2 = tmp_path / f"{confirm}-{kept_dups}-1", tmp_path / f"{confirm}-{kept_dups}-2"
+        run(str(write_shards(first, tmp_path / f"{confirm}-{kept_dups}-c1", 2)), str(out1), params=params,
+            drop=not kept_dups)
+        assert set(pd.read_parquet(out1)["id"]) == set(first["id"]) - (set() if kept_dups else {"b-dup"})
+        run(str(write_shards(second, tmp_path / f"{confirm}-{kept_dups}-c2", 1)), str(out2), params=params,
+            drop=False, against=[str(out1)])
         assert _clusters(out2) == {"z-new": want}
-        every = run(str(write_shards(pd.concat([first, second]), tmp_path / f"{confirm}-all", 2)),
-                    str(tmp_path / f"{confirm}-all-out"), params=params, drop=False)
-        assert every["near_duplicates_found"] == 2  # one run over all: d and n join r either way
+        if want == "a-root":  # scored against r itself, not d
+            near = pd.read_parquet(out2 / "_report" / "removed.parquet")
+            assert near["root"].tolist() == ["a-root"]
+            assert near["survivor_similarity"].tolist() == [pytest.approx(np.mean(np.equal(sig_r, sig_n)), abs=1e-6)]
+        if not kept_dups:  # one run over all: d and n join r either way
+            every = run(str(write_shards(pd.concat([first, second]), tmp_path / f"{confirm}-all", 2)),
+                        str(tmp_path / f"{confirm}-all-out"), params=params, drop=False)
+            assert every["near_duplicates_found"] == 2
 
 
 @given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(0, 40), max_size=12), st.booleans())

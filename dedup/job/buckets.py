@@ -21,7 +21,7 @@ from dedup.job.stage import Job, Step
 from dedup.partition import keyspace
 from dedup.partition.buckets import EDGE_META, KIND_APPROX, LONG_META, bucket_edges, long_form
 from dedup.partition.features import KEEP, ROOT_DOC
-from dedup.partition.stand_ins import KEYS_META, own_roots, stand_in_count, stand_in_roots, with_roots
+from dedup.partition.stand_ins import KEYS_META, own_roots
 from dedup.storage import index_files, index_lookup
 
 log = logging.getLogger("dedup")
@@ -75,9 +75,18 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
         exact = params.confirm == "exact"
         matched = ranged.map_partitions(index_lookup.matched_rows, layout, k, meta=LONG_META)
         at_docs = route(matched, "doc", layout.total, layout.placement)
+        # the roots the matched near duplicates stand for, counted (so few take one task, not a
+        # shuffle) and read with them: each earlier output's texts are read once
+        named = at_docs.map_partitions(index_lookup.named_roots, layout, exact, meta=KEYS_META)
+        (ranged, at_docs, named), (n_named,) = persist_counting([ranged, at_docs, named],
+                                                                [named.map_partitions(row_count, meta=ROWS_META)])
+        roots = None
+        if n := int(n_named["n"].sum()):
+            roots = route(named, "doc", layout.total, layout.placement, rows=n, row_bytes=8)
         id_dtype = feat._meta["_id"].dtype
         meta = index_lookup.features_meta(params.num_perm, id_dtype)
-        idx_feat = at_docs.map_partitions(index_lookup.index_features, layout, params, exact, id_dtype, meta=meta)
+        idx_feat = dd.map_partitions(index_lookup.index_features, at_docs, roots, layout, params, exact, id_dtype,
+                                     meta=meta, align_dataframes=False)
         if layout.direct(exact):  # the features are read beside the buckets, not on their way
             joined = matched
         else:  # text hashes, and which documents take part, come from the docs files: and back
@@ -95,13 +104,10 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     if writes is not None:
         lazy["writes"] = writes
     if idx_feat is not None:
-        lazy["matched"] = idx_feat.map_partitions(row_count, meta=ROWS_META)
-        lazy["stand_ins"] = idx_feat.map_partitions(stand_in_count, meta=ROWS_META)
+        lazy["matched"] = dd.map_partitions(index_lookup.matched_count, at_docs, idx_feat, params, meta=ROWS_META,
+                                            align_dataframes=False)
     (edges, idx_feat), tallies = persist_counting([edges, idx_feat], list(lazy.values()))
     got = dict(zip(lazy, tallies))
-    if idx_feat is not None and (named := int(got["stand_ins"]["n"].sum())):
-        assert layout is not None
-        idx_feat = _with_their_roots(idx_feat, layout, params, named)
     c = got["sizes"]
     counts = BucketCounts(approximated_buckets=int(c["buckets"].sum()), largest_approximated_bucket=int(c["largest"].max()),
                           index_band_bytes=int(got["writes"]["bytes"].sum()) if "writes" in got else 0,
@@ -111,17 +117,6 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
     if warning is not None:
         log.warning("%s", warning)
     return edges, idx_feat, counts
-
-
-def _with_their_roots(idx_feat: dd.DataFrame, layout: index_lookup.Layout, params: Params, named: int) -> dd.DataFrame:
-    """The indexed documents' features with the roots their near duplicates stand for (at most `named`:
-    so few take one task, not a shuffle), read at the roots' own partitions; persisted. Survivors
-    scores a new member against the document an earlier output kept, not its stand-in."""
-    keys = route(idx_feat.map_partitions(stand_in_roots, meta=KEYS_META), "doc", layout.total, layout.placement,
-                 rows=named, row_bytes=8)
-    roots_feat = keys.map_partitions(index_lookup.index_features, layout, params, params.confirm == "exact",
-                                     idx_feat._meta["_id"].dtype, meta=idx_feat._meta)
-    return persist(dd.map_partitions(with_roots, idx_feat, roots_feat, meta=idx_feat._meta, align_dataframes=False))
 
 
 def _approx_sizes(e: pd.DataFrame) -> pd.DataFrame:

@@ -214,13 +214,46 @@ def features_meta(num_perm: int, id_dtype: Any) -> Any:
     return base(num_perm, id_dtype).assign(_text=pd.Series(dtype=TEXT_DTYPE), **{ROOT_DOC: pd.Series(dtype=np.int64)})
 
 
-def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dtype: Any,
+def named_roots(rows: Any, layout: Layout, exact: bool, partition_info: dict[str, Any] | None = None) -> Any:
+    """At a gathered index partition: the roots (as keys of this run) that the near duplicates among
+    the documents the matched band rows `rows` name stand for (their docs files' `root_doc`), to be
+    read beside them (`index_features`), so that the earlier output's texts are read once. A superset:
+    a row read by its key prefix is not verified here (a near duplicate an earlier output kept has no
+    signature in its docs file), and a root read for nothing is only looked up by key. None with
+    `exact`: a near duplicate has no text in its output and takes no part."""
+    import pandas as pd
+
+    from dedup.partition.keyspace import ROW_BITS
+    from dedup.partition.stand_ins import KEYS_META
+
+    if partition_info is None or partition_info["number"] < layout.first or rows.empty or exact:
+        return KEYS_META.copy()
+    keys = np.unique(rows["doc"].to_numpy(np.int64))
+    found = []
+    for q in layout.gathered(partition_info["number"]):
+        need = keys[(keys >> ROW_BITS) == q]
+        if not len(need):
+            continue
+        part, p, start = layout.locate(q)
+        ok, pos, table = _docs_file_rows(part, p, need - np.int64(start << ROW_BITS), ["doc", "root_doc"])
+        if "root_doc" not in table.column_names:  # older than ROOTS_LOCATED: no near duplicate names its root
+            continue
+        written = table.column("root_doc").take(pa.array(pos[ok]))
+        has = written.is_valid().to_numpy(zero_copy_only=False)
+        if has.any():
+            found.append(layout.translate(part, written.fill_null(0).to_numpy()[has].astype(np.int64)))
+    return pd.DataFrame({"doc": np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)})
+
+
+def index_features(rows: Any, roots: Any, layout: Layout, params: Params, exact: bool, id_dtype: Any,
                    partition_info: dict[str, Any] | None = None) -> Any:
     """At a gathered index partition: the features of the indexed documents named by `rows` (matched
-    band rows), read from the docs files of the index partitions it gathers (and, for exact Jaccard,
-    their texts from the earlier output), in key order. An indexed near duplicate carries its root's
-    id as `_id`: it stands for that cluster. Without its text in the earlier output (it was dropped),
-    exact Jaccard leaves it out."""
+    band rows) and of the roots `roots` (`named_roots`, routed here; or None), read from the docs
+    files of the index partitions it gathers (and, for the signatures those do not hold and for
+    exact Jaccard, their texts from the earlier output, each file once), in key order, each document
+    once. An indexed near duplicate carries its root's id as `_id`: it stands for that cluster, and
+    its root is read with it, so that survivors scores a new member against the document an earlier
+    output kept. Without its text in the earlier output (it was dropped), exact Jaccard leaves it out."""
     import pandas as pd
 
     from dedup.partition.codec import sig_payload
@@ -229,7 +262,9 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
 
     if partition_info is None or partition_info["number"] < layout.first or rows.empty:
         return features_meta(params.num_perm, id_dtype)
-    keys = np.unique(rows["doc"].to_numpy(np.int64))
+    named = rows["doc"].to_numpy(np.int64)
+    root_keys = np.zeros(0, np.int64) if roots is None else roots["doc"].to_numpy(np.int64)
+    keys = np.unique(np.concatenate([named, root_keys]))
     parts = [(q, need) for q in layout.gathered(partition_info["number"]) if len(need := keys[(keys >> ROW_BITS) == q])]
     found = [_partition_rows(need, q, layout, exact, params) for q, need in parts]
     if not found:
@@ -250,8 +285,8 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
             values = written.fill_null(0).to_numpy()
             root_doc[at:at + len(d)][has] = layout.translate(part, values[has].astype(np.int64))
         at += len(d)
-    if "band" in rows.columns:  # matched band rows: the documents one of them names truly (`verified`)
-        held = np.isin(docs, rows["doc"].to_numpy(np.int64)[verified(rows, docs, sigs, params)])
+    if "band" in rows.columns:  # matched band rows: the documents one of them names truly (`verified`), and the roots
+        held = np.isin(docs, named[verified(rows, docs, sigs, params)]) | np.isin(docs, root_keys)
         if not held.all():
             docs, sigs, taken, root_doc = docs[held], sigs[held], taken.filter(pa.array(held)), root_doc[held]
             texts = [t for t, h in zip(texts, held) if h]
@@ -264,31 +299,54 @@ def index_features(rows: Any, layout: Layout, params: Params, exact: bool, id_dt
                          "_text": pd.Series(texts, dtype=TEXT_DTYPE), ROOT_DOC: root_doc})
 
 
+def matched_count(rows: Any, feat: Any, params: Params) -> Any:
+    """How many of an index partition's documents (`index_features`: in key order) the matched band
+    rows `rows` name truly (`verified`): the indexed documents sharing a bucket with this input,
+    not the roots read beside them."""
+    import pandas as pd
+
+    from dedup.partition.features import signatures_of
+
+    if rows.empty or feat.empty:
+        return pd.DataFrame({"n": [0]})
+    docs = feat["doc"].to_numpy(np.int64)
+    ok = verified(rows, docs, signatures_of(feat, params.num_perm), params)
+    return pd.DataFrame({"n": [len(np.unique(rows["doc"].to_numpy(np.int64)[ok]))]})
+
+
+def _docs_file_rows(part: IndexPart, p: int, need: NDArray[np.int64], columns: list[str]
+                    ) -> tuple[NDArray[np.bool_], NDArray[np.int64], pa.Table]:
+    """Of docs-file partition p of `part`, the `columns` it has of the row groups holding one of the
+    sorted local keys `need`: which keys it holds, and where (`ok`, `pos`), and the rows read."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    fs, path = fsspec.core.url_to_fs(docs_file(part.url, p))
+    with fs.open(path, "rb") as fh:
+        pf = pq.ParquetFile(fh)
+        columns = [c for c in columns if c in pf.schema_arrow.names]
+        groups = _groups_holding(pf, need)
+        table = pf.read_row_groups(groups, columns=columns) if groups else pf.schema_arrow.empty_table().select(columns)
+    docs = table.column("doc").to_numpy()
+    pos = np.minimum(np.searchsorted(docs, need), max(len(docs) - 1, 0))
+    ok = (docs[pos] == need) if len(docs) else np.zeros(len(need), dtype=bool)
+    return ok, pos, table
+
+
 def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool, params: Params
                     ) -> tuple[NDArray[np.int64], pa.Table, NDArray[np.uint32], list[Any]]:
     """Of the sorted keys `need`, all of global index partition q: the keys found, their docs-file
     rows (doc, id, root, root_doc, tkey, tkey2, file, row), their signatures and, with `exact`, their
     texts. A signature the docs file does not hold (`index.SIGNATURES_FROM_TEXT`) is computed from the
     document's text in the earlier OUTPUT, as that run computed it."""
-    import fsspec
-    import pyarrow.parquet as pq
-
     from dedup.partition.keyspace import ROW_BITS
 
     part, p, start = layout.locate(q)
     offset = np.int64(start << ROW_BITS)
     need = need - offset
-    fs, path = fsspec.core.url_to_fs(docs_file(part.url, p))
-    with fs.open(path, "rb") as fh:
-        pf = pq.ParquetFile(fh)
-        columns = ["doc", "id", "tkey", "tkey2", "signature", "file", "row"]
-        columns += [c for c in ("root", "root_doc") if c in pf.schema_arrow.names]
-        groups = _groups_holding(pf, need)
-        table = pf.read_row_groups(groups, columns=columns) if groups else pf.schema_arrow.empty_table().select(columns)
-    docs = table.column("doc").to_numpy()
-    pos = np.minimum(np.searchsorted(docs, need), max(len(docs) - 1, 0))
-    ok = (docs[pos] == need) if len(docs) else np.zeros(len(need), dtype=bool)
-    if exact and len(docs):  # a duplicate the earlier run dropped has no text to compare with
+    ok, pos, table = _docs_file_rows(part, p, need, ["doc", "id", "tkey", "tkey2", "signature", "file", "row",
+                                                     "root", "root_doc"])
+    if exact and table.num_rows:  # a duplicate the earlier run dropped has no text to compare with
         ok &= table.column("file").is_valid().to_numpy(zero_copy_only=False)[pos]
     taken = table.take(pa.array(pos[ok]))
     if "root" not in taken.column_names:  # an index older than roots: every document is its own
