@@ -152,11 +152,11 @@ def _prefix_matches(table: pa.Table, keys: NDArray[np.uint64], buckets: NDArray[
 
     from dedup.partition.buckets import LONG_META
 
-    codes = np.unique(buckets)
+    codes = _sorted_unique(buckets)
     bkey, bband = keys[codes // 256], (codes % 256).astype(np.uint8)
     bpre = key_prefixes(bkey)  # ascending, as the keys are
     column = table.column("key").to_numpy()
-    at = _positions_of(column, np.unique(bpre))
+    at = _positions_of(column, _sorted_unique(bpre))
     pre, doc = column[at], table.column("doc").to_numpy()[at]
     lo, hi = np.searchsorted(bpre, pre, "left"), np.searchsorted(bpre, pre, "right")
     n = hi - lo
@@ -182,6 +182,11 @@ def verified(rows: Any, docs: NDArray[np.int64], sigs: NDArray[np.uint32], param
     band = rows["band"].to_numpy(np.int64)
     ok[ok] = keys[pos[ok], band[ok]] == rows["key"].to_numpy(np.uint64)[ok]
     return ok
+
+
+def _sorted_unique(a: NDArray[Any]) -> NDArray[Any]:
+    """The distinct values of the sorted array `a` (`np.unique` without its sort)."""
+    return a[np.concatenate([[True], a[1:] != a[:-1]])] if len(a) else a
 
 
 def _bucket_codes(key_index: NDArray[np.int64], band: NDArray[Any]) -> NDArray[np.int64]:
