@@ -23,7 +23,9 @@ from dedup.storage.safety import UsageError
 P = Params()
 
 
-def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: bool = True) -> None:
+def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: bool = True,
+                   lines: str = "") -> None:
+    """`lines`: "flag" (`run`: --lines turns line dedup on), "always" (`dedup lines`) or "" (none)."""
     g = p.add_argument_group("columns")
     g.add_argument("--id-column", default=None,
                    help="column with unique document ids, strings or integers (default: id; without an id column, "
@@ -78,6 +80,16 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
                        help="where connected components are found: on the client (a vectorised union-find over the "
                             "confirmed edges, about 50 bytes an edge) or on the cluster (large-star/small-star "
                             f"shuffles); auto: the client up to {CLIENT_COMPONENT_EDGES:,} edges (default: auto)")
+    if lines:
+        ln = p.add_argument_group("exact line dedup (docs/contract.md section 6b)")
+        if lines == "flag":
+            ln.add_argument("--lines", action="store_true",
+                            help="after decontamination, remove every line whose words occur as a line at least "
+                                 "--min-copies times in the corpus, but from its first occurrence (the document with "
+                                 "the smallest id); near duplicates are then found on the new texts")
+        ln.add_argument("--min-copies", type=int, default=2, metavar="N",
+                        help="occurrences in the corpus (every document and line counted) that make a line "
+                             "repeated (default: 2)")
     if decontam:
         d = p.add_argument_group("decontamination")
         d.add_argument("--protected", action="append", default=[], metavar="PATH",
@@ -143,17 +155,18 @@ def build_parser() -> argparse.ArgumentParser:
                                             "(OUTPUT as it was). The contract: docs/contract.md.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     specs = [
-        ("run", "decontaminate, then near-dedup, in one job", True, True),
-        ("near", "near-dedup only: tag with minhash_cluster, drop non-roots", True, False),
-        ("decontaminate", "drop documents that share a 13-gram with protected files", False, True),
+        ("run", "decontaminate, [remove repeated lines,] then near-dedup, in one job", True, True, "flag"),
+        ("near", "near-dedup only: tag with minhash_cluster, drop non-roots", True, False, ""),
+        ("decontaminate", "drop documents that share a 13-gram with protected files", False, True, ""),
+        ("lines", "exact line dedup only: remove every repeated line but its first occurrence", False, False, "always"),
     ]
-    for name, help_text, near, decontam in specs:
+    for name, help_text, near, decontam, lines in specs:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("input", metavar="INPUT", help="Parquet file, directory of shards, glob or URL")
         p.add_argument("output", metavar="OUTPUT",
                        help="output directory: new, empty, or an earlier dedup output with --overwrite; never an input, "
                             "a protected path, the working directory or a parent of any of them")
-        _add_algorithm(p, near=near, decontam=decontam)
+        _add_algorithm(p, near=near, decontam=decontam, lines=lines)
         _add_runtime(p)
     t = sub.add_parser("tune", help="choose bands x rows for a threshold and print the S-curve",
                        description="choose bands x rows for a threshold and print the S-curve")

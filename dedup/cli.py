@@ -110,7 +110,8 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
         partition_rows=args.partition_rows or PARTITION_ROWS, restart=args.restart,
         cluster_size=getattr(args, "cluster_size", False), keep_by=getattr(args, "keep_by", None),
         clusters=getattr(args, "clusters", "connected"),
-        max_contaminated=getattr(args, "max_contaminated", MAX_CONTAMINATED)))
+        max_contaminated=getattr(args, "max_contaminated", MAX_CONTAMINATED),
+        lines=args.command == "lines" or getattr(args, "lines", False), min_copies=getattr(args, "min_copies", 2)))
 
 
 def _import_pipeline(report: bool) -> None:
@@ -161,6 +162,9 @@ def _summary(m: dict[str, Any]) -> str:
     lines = [
         f"input rows            {m['input_rows']:>10,}",
         f"contaminated dropped  {m['contaminated_dropped']:>10,}",
+        *([f"repeated lines removed {ln['lines_removed']:>9,}  from {ln['documents_changed']:,} documents "
+           f"({ln['characters_removed']:,} characters); {ln['documents_dropped']:,} left without a word, dropped"]
+          if (ln := m.get("lines")) else []),
         f"near duplicates found {m['near_duplicates_found']:>10,}  in {m['clusters']:,} clusters (largest {m['largest_cluster']})",
         f"near duplicates dropped {m['near_duplicates_dropped']:>8,}",
         *([f"  of earlier outputs   {m['near_duplicates_of_indexed']:>10,}  ({m['indexed_documents']:,} indexed "

@@ -162,3 +162,43 @@ def ref_clusters(ids: list[str], texts: list[str], *, mode: str, threshold: floa
                 failed.add(m)
         todo.extend(p for p in parts(failed) if len(p) > 1)
     return result
+
+
+DROPPED = object()
+"""`ref_lines`' value for a document line dedup drops (it lost a line and has no word left)."""
+
+
+def _line_key(line: str) -> str:
+    return " ".join(re.findall(r"\w+", line.lower()))
+
+
+def ref_removed_lines(ids: list, texts: list[str | None], min_copies: int = 2) -> set[tuple]:
+    """Contract §6b in plain Python: the (id, line number) of every line removed. A key is the line's
+    words joined by one space; a key occurring at least `min_copies` times (every (document, line))
+    keeps its occurrence with the smallest (id, line) and loses every other."""
+    where: dict[str, list[tuple]] = {}
+    for i, t in zip(ids, texts):
+        for j, line in enumerate(t.split("\n") if t is not None else []):
+            if _line_key(line):
+                where.setdefault(_line_key(line), []).append((i, j))
+    removed = set()
+    for occurrences in where.values():
+        if len(occurrences) >= min_copies:
+            removed |= set(occurrences) - {min(occurrences)}
+    return removed
+
+
+def ref_lines(ids: list, texts: list[str | None], min_copies: int = 2) -> dict:
+    """Each id's new text by contract §6b (`ref_removed_lines`), `DROPPED` for a document that lost a
+    line and has no word left, or None for a null text."""
+    removed = ref_removed_lines(ids, texts, min_copies)
+    out = {}
+    for i, t in zip(ids, texts):
+        if t is None:
+            out[i] = None
+            continue
+        lines = t.split("\n")
+        kept = [line for j, line in enumerate(lines) if (i, j) not in removed]
+        new = "\n".join(kept)
+        out[i] = DROPPED if len(kept) < len(lines) and not _line_key(new) else new
+    return out

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dedup.corpus import generate
-from dedup.job.analysis import ORDER
+from dedup.job.analysis import ORDER as ALL_STAGES
 from tests.conftest import (
     DEDUP,
     kill_after,
@@ -30,6 +30,9 @@ from tests.conftest import (
     start_scheduler,
     write_shards,
 )
+
+ORDER = tuple(s for s in ALL_STAGES if s != "lines")
+"""The stages a run without line dedup runs and keeps, in order (`test_lines` resumes those with it)."""
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The job's stages in the order they run, and `analyse`, which runs them on a Dask frame.
 
-    features (and unique ids) -> [contamination] -> buckets -> confirm -> components -> [survivors] -> roots
+    [lines] -> features (and unique ids) -> [contamination] -> buckets -> confirm -> components -> [survivors] -> roots
 
 Each is a `dedup.job.stage.Step` in the module of its name; the write (`dedup.job.output`) follows
 them. Adding a stage is one module and one entry in `STAGES`.
@@ -20,13 +20,14 @@ from dedup.job.confirm import Confirm
 from dedup.job.contamination import Contamination
 from dedup.job.decisions import Decisions
 from dedup.job.features import Features
+from dedup.job.lines import Lines
 from dedup.job.plan import Report
 from dedup.job.roots import Roots
 from dedup.job.stage import Job, Settings, Step, run_stages
 from dedup.job.survivors import Survivors
 from dedup.storage.safety import UsageError
 
-STAGES: tuple[Step, ...] = (Features(), Contamination(), Buckets(), Confirm(), Components(), Survivors(), Roots())
+STAGES: tuple[Step, ...] = (Lines(), Features(), Contamination(), Buckets(), Confirm(), Components(), Survivors(), Roots())
 """The stages, in order; each runs when its `wanted` says the job needs it."""
 
 WRITE = "write"
@@ -43,10 +44,11 @@ def analyse(ddf: dd.DataFrame, settings: Settings, report: Report, kept: Checkpo
         raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. "
                          f"Got {settings.components!r} instead.")
     job = run_stages(Job(settings, ddf, report, kept or Checkpoints.nowhere()), STAGES)
+    lines = job.decided if settings.lines else None
     if not settings.near:
-        return Decisions(job.feat, None, None, None, job.examples)
+        return Decisions(job.feat, None, None, None, job.examples, lines=lines)
     return Decisions(job.feat, job.roots, job.roots if settings.details else None, job.summary, job.examples,
-                     job.near_pairs)
+                     job.near_pairs, lines)
 
 
 def check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:

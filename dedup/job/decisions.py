@@ -24,3 +24,6 @@ class Decisions:
     """For the report: (source, doc, _id), a contaminated document per protected record and partition."""
     near_pairs: pd.DataFrame | None = None
     """For the report: the candidate pairs nearest the threshold (`dedup.partition.confirm.NEAR_META`)."""
+    lines: dd.DataFrame | None = None
+    """With line dedup: the repeated lines' keys settled, at each input partition (`dedup.job.lines`):
+    the write rewrites the texts with them."""

@@ -16,32 +16,34 @@ from dedup.job.compute import compute, shared
 from dedup.job.graphs import persist
 from dedup.job.ids import check_unique_ids, conflict_counts, existing_ids, id_conflicts
 from dedup.job.stage import Job, Step
-from dedup.partition.features import KEEP, SIG, document_features, features_meta
+from dedup.partition.features import EMPTIED, KEEP, SIG, document_features, features_meta
 from dedup.storage import io
 
 
 @dataclass(frozen=True)
 class FeatureCounts:
-    """What the features stage counted: rows read, contaminated documents, null ids."""
+    """What the features stage counted: rows read, contaminated documents, null ids, documents line
+    dedup left without a word."""
 
     rows: int
     contaminated: int
     null_ids: int
+    emptied: int = 0
 
 
 def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
-             protected: ProtectedNgrams | None, features_dir: str | None, through: Through = as_is
-             ) -> tuple[dd.DataFrame, dd.DataFrame]:
+             protected: ProtectedNgrams | None, features_dir: str | None, through: Through = as_is,
+             near: bool = True) -> tuple[dd.DataFrame, dd.DataFrame]:
     """Signatures, text hashes, keys and contamination per document, computed once (worker memory or
     disk), and their counts per partition (rows, contaminated, null_ids), lazy: computed with the
     next stage's (`FEATURE_COUNTS` sums them)."""
     prot = shared(protected) if protected is not None else None
     keep = ddf._meta[KEEP].dtype if KEEP in ddf.columns else None
-    feat = ddf.map_partitions(document_features, id_column, text_column, params, prot,
+    feat = ddf.map_partitions(document_features, id_column, text_column, params, prot, near,
                               meta=features_meta(params.num_perm, ddf._meta[id_column].dtype, keep))
     feat = persist(through("feat", feat)) if features_dir is None else _materialise(feat, features_dir)
     counts = without_signatures(feat).map_partitions(
-        _feature_counts, meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
+        _feature_counts, meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64", "emptied": "int64"})
     return feat, counts
 
 
@@ -63,12 +65,12 @@ def without_signatures(feat: dd.DataFrame) -> dd.DataFrame:
 
 def _feature_counts(f: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
-                         "null_ids": [int(f["_id"].isna().sum())]})
+                         "null_ids": [int(f["_id"].isna().sum())], "emptied": [int((f["source"] == EMPTIED).sum())]})
 
 
 def feature_counts(c: pd.DataFrame) -> FeatureCounts:
     """The computed counts of `features`, summed."""
-    return FeatureCounts(**{k: int(c[k].sum()) for k in ("rows", "contaminated", "null_ids")})
+    return FeatureCounts(**{k: int(c[k].sum()) for k in ("rows", "contaminated", "null_ids", "emptied")})
 
 
 def _materialise(feat: dd.DataFrame, features_dir: str) -> dd.DataFrame:
@@ -100,7 +102,7 @@ class Features(Step):
         s, report = job.settings, job.report
         feat, lazy_counts = features(job.ddf, id_column=s.id_column, text_column=s.text_column, params=s.params,
                                      protected=s.protected, features_dir=s.features_dir,
-                                     through=partial(job.kept.through, self.name))
+                                     through=partial(job.kept.through, self.name), near=s.near)
         conflicts, k, lazy_ids = id_conflicts(without_signatures(feat), s.npartitions, against=s.against, index_out=s.index_out,
                                               rows=s.rows)
         fc, ic, sample = compute(lazy_counts, *lazy_ids)
@@ -110,7 +112,7 @@ class Features(Step):
             where = "; first at " + ", ".join(f"{f} row {r}" for f, r in located) if located else ""
             raise ValueError(f"{c.null_ids} document(s) have a null id in column {s.id_column!r}{where}. "
                              "Every document needs a unique id.")
-        report.input_rows, report.contaminated = c.rows, c.contaminated
+        report.input_rows, report.contaminated, report.emptied_by_lines = c.rows, c.contaminated, c.emptied
         id_counts, sample = conflict_counts(k, ic, sample)
         report.id_partitions = id_counts.id_partitions
         check_unique_ids(sample[sample["kind"] == 0], s.id_column, s.locate, id_counts.repeated)

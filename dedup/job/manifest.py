@@ -117,6 +117,8 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
                             for i, p in enumerate(plan.against)],
         "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
         "skipped_existing": report.skipped_existing,
+        "lines": ({**report.lines, "documents_dropped": report.emptied_by_lines, "top_lines": report.top_lines}
+                  if plan.lines else None),
         "output_bytes": report.output_bytes,
         "index": ({"path": index.INDEX_DIR, "documents": report.index_documents,
                    "near_duplicates": report.index_near_duplicates, "bytes": report.index_bytes,

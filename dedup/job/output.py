@@ -18,6 +18,7 @@ from dedup.job.checkpoints import Checkpoints, resumable
 from dedup.job.compute import compute, shared
 from dedup.job.failures import explain_killed_worker
 from dedup.job.features import without_signatures
+from dedup.job.lines import with_texts
 from dedup.job.plan import Plan, Stage
 from dedup.job.stage import Settings
 from dedup.partition.features import KEEP
@@ -56,6 +57,8 @@ def write_outputs(plan: Plan) -> report_page.Extras:
                  staging.resumed_from)
     try:
         decided = analyse(ddf, _settings(plan, kept, write_index), report, kept)
+        if plan.lines:
+            report.top_lines = with_texts(report.top_lines, write.locator(groups), plan.text_column)
         # reused whole, or else the partitions an interrupted run wrote (kept as each finished), and the rest written
         written = kept.reused(WRITE) is not None
         inputs = shared((groups, plan.schema))
@@ -73,11 +76,11 @@ def write_outputs(plan: Plan) -> report_page.Extras:
             offsets = shared(write.row_offsets(groups, counts))
         if not plan.dry_run:
             lazy["shards"] = dd.map_partitions(
-                resumable, write.write_group, kept.directory(WRITE, "shards"), decided.feat, decided.roots, inputs,
-                plan.id_column,
-                plan.drop and plan.near, plan.near, staging.url, params.num_perm if write_index else None,
+                resumable, write.write_group, kept.directory(WRITE, "shards"), decided.feat, decided.roots,
+                decided.lines, inputs,
+                write.ShardOptions(plan.id_column, plan.text_column, plan.drop and plan.near, plan.near, staging.url,
+                                   params.num_perm if write_index else None, plan.cluster_size and plan.near),
                 shared((plan.text_column, shown.rows_by_partition())) if shown is not None else None, offsets,
-                plan.cluster_size and plan.near,
                 meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
                       "texts": object}, align_dataframes=False)
         if plan.write_report:
@@ -146,4 +149,5 @@ def _settings(plan: Plan, kept: Checkpoints, write_index: bool) -> Settings:
         skip_existing=plan.skip_existing, index_out=f"{staging.url}/{index.INDEX_DIR}" if write_index else None,
         spill_dir=f"{staging.url}/_labels", rows=sum(s.rows for s in plan.shards),
         cluster_size=plan.cluster_size and plan.near, keep=plan.keep_by[1] if plan.keep_by and plan.near else None,
-        clusters=plan.clusters, max_contaminated=None if plan.dry_run else plan.max_contaminated)
+        clusters=plan.clusters, max_contaminated=None if plan.dry_run else plan.max_contaminated,
+        lines=plan.lines, min_copies=plan.min_copies)

@@ -121,12 +121,14 @@ def execute(plan: Plan) -> dict[str, Any]:
 def _accounted_rows(plan: Plan) -> int:
     """The rows written, which must be the input's less every row removed, else nothing is published."""
     report = plan.report
-    expected = report.input_rows - report.contaminated - dropped_near(plan) - report.skipped_existing
+    expected = report.input_rows - report.contaminated - dropped_near(plan) - report.skipped_existing - \
+        report.emptied_by_lines
     output_rows = expected if plan.dry_run else io.parquet_rows(plan.staging.fs, plan.staging.tmp)
     if output_rows != expected:
         raise RuntimeError(f"Accounting mismatch: wrote {output_rows} rows, expected {expected} "
                            f"({report.input_rows} in - {report.contaminated} contaminated - {dropped_near(plan)} "
-                           f"near duplicates - {report.skipped_existing} already indexed). Nothing was replaced; "
+                           f"near duplicates - {report.skipped_existing} already indexed - {report.emptied_by_lines} "
+                           "left without a word by line dedup). Nothing was replaced; "
                            "please report this as a bug.")
     return output_rows
 
@@ -179,8 +181,10 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
         partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
         against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True,
         restart: bool = False, cluster_size: bool = False, keep_by: str | None = None,
-        clusters: str = "connected", max_contaminated: float = MAX_CONTAMINATED) -> dict[str, Any]:
-    """Parquet to Parquet: decontaminate against `protected`, near-dedup, write OUTPUT atomically.
+        clusters: str = "connected", max_contaminated: float = MAX_CONTAMINATED, lines: bool = False,
+        min_copies: int = 2) -> dict[str, Any]:
+    """Parquet to Parquet: decontaminate against `protected`, [remove repeated lines,] near-dedup, write
+    OUTPUT atomically.
 
     Runs on the active distributed client (or the local scheduler without one). OUTPUT mirrors
     the input files (same relative names, same schema plus `minhash_cluster`) and holds
@@ -201,6 +205,9 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
     union-find) or "centred" (every removed document reaches the threshold with its cluster's survivor).
     `max_contaminated`: a run whose decontamination would remove more than this share of the input
     raises `TooContaminated` before publishing, OUTPUT as it was (a dry run only warns; 1: no guard).
+    `lines`: exact line dedup after decontamination (docs/contract.md, section 6b): every line whose
+    key occurs at least `min_copies` times in the corpus is removed but from its first occurrence,
+    the texts rewritten, and near-dedup (if `near`) runs on the new texts.
     When it returns, the job holds nothing in the cluster's memory.
     """
     plan = prepare(input, output, Options(
@@ -208,7 +215,7 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
         overwrite=overwrite, components=components, retries=retries, features_on_disk=features_on_disk,
         partition_rows=partition_rows, dry_run=dry_run, write_report=write_report, against=against,
         skip_existing=skip_existing, write_index=write_index, restart=restart, cluster_size=cluster_size,
-        keep_by=keep_by, clusters=clusters, max_contaminated=max_contaminated))
+        keep_by=keep_by, clusters=clusters, max_contaminated=max_contaminated, lines=lines, min_copies=min_copies))
     try:
         return execute(plan)
     finally:

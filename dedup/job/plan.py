@@ -74,6 +74,13 @@ class Report:
     what_if: list[dict[str, Any]] = field(default_factory=list)
     """Documents that other thresholds would remove (`dedup.partition.what_if`), with the banding's
     chance of making a pair at each a candidate; empty when not computed."""
+    emptied_by_lines: int = 0
+    """Documents line dedup left without a word (dropped, `empty_after_lines`)."""
+    lines: dict[str, Any] = field(default_factory=dict)
+    """With line dedup: lines and characters removed, documents changed and left without a word, and
+    the histogram of the share of a changed document's characters removed (`dedup.job.lines`)."""
+    top_lines: list[dict[str, Any]] = field(default_factory=list)
+    """With line dedup: the most repeated lines, their counts and first occurrences (and texts)."""
     notes: list[str] = field(default_factory=list)
     """Warnings found before or outside the stages (each logged as found): an eval file that protects
     nothing, an earlier index whose files cannot be verified, an input of no files. The manifest's
@@ -173,6 +180,10 @@ class Plan:
     hive: pa.Schema = field(default_factory=lambda: pa.schema([]))
     """The Hive keys of the input's directories that are not columns of its files (`shards.hive_schema`):
     columns `--keep-by` can name, never written into OUTPUT's shards."""
+    lines: bool = False
+    """Exact line dedup first (`dedup lines`, `run --lines`)."""
+    min_copies: int = 2
+    """`--min-copies`: the occurrences that make a line's key repeated."""
 
     def column_type(self, name: str) -> pa.DataType:
         """The type of an input column: a column of the files, or a Hive key of their directories."""
@@ -337,6 +348,9 @@ class Options:
     keep_by: str | None = None
     clusters: str = "connected"
     max_contaminated: float = MAX_CONTAMINATED
+    lines: bool = False
+    """Exact line dedup before everything else (docs/contract.md, section 6b)."""
+    min_copies: int = 2
 
 
 def prepare(input: str, output: str, options: Options | None = None) -> Plan:
@@ -359,6 +373,13 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
             not 0 <= o.max_contaminated <= 1:
         raise UsageError(f"--max-contaminated is a share of the input, from 0 to 1 (1 turns the guard off). Got "
                          f"{o.max_contaminated!r} instead.")
+    if isinstance(o.min_copies, bool) or not isinstance(o.min_copies, int) or o.min_copies < 2:
+        raise UsageError(f"--min-copies is how many occurrences make a line repeated: an integer of at least 2. Got "
+                         f"{o.min_copies!r} instead.")
+    if o.lines and o.against:
+        raise UsageError("--against with line dedup is not supported yet: an earlier output's index records its "
+                         "documents, not their lines, so lines repeated across releases could not be found. Run "
+                         "`dedup lines` on the new crawl first, then `dedup near --against` on its output.")
     if isinstance(o.partition_rows, bool) or not isinstance(o.partition_rows, int) or o.partition_rows < 1:
         raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {o.partition_rows!r} instead.")
     files = shards_mod.discover(input)
@@ -421,6 +442,8 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
                "components": o.components, "partition_rows": o.partition_rows, "dry_run": o.dry_run,
                "write_report": o.write_report, "skip_existing": o.skip_existing, "write_index": o.write_index,
                "cluster_size": o.cluster_size, "keep_by": o.keep_by, "clusters": o.clusters}
+    if o.lines:  # as before for a run without them: an interrupted one resumes
+        chosen.update(lines=True, min_copies=o.min_copies)
     staging = Staging(output, fingerprint(found, params, chosen, prot, parts), restart=o.restart)
     groups = shards_mod.partitions(found, rows=o.partition_rows)
     if big := shards_mod.oversized_groups(found, rows=o.partition_rows):
@@ -432,6 +455,6 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     return Plan(input, output, found, schema, groups, prot, params, o.near, o.drop, id_column, o.text_column, o.components,
                 o.retries, o.features_on_disk, o.dry_run, o.write_report, staging, report, start, parts, o.skip_existing,
                 o.write_index, cluster_size=o.cluster_size, keep_by=keep, clusters=o.clusters,
-                max_contaminated=float(o.max_contaminated), hive=hive)
+                max_contaminated=float(o.max_contaminated), hive=hive, lines=o.lines, min_copies=o.min_copies)
 
 

@@ -41,7 +41,9 @@ class Settings:
     input's rows when known (Parquet footers), so small routes skip a shuffle. `features_dir`: the
     features on disk there, else in worker memory. `keep` ("max"/"min"): each cluster's root is the
     member with the largest (smallest) `--keep-by` value, carried as the `_keep` column.
-    `max_contaminated`: the share of the input decontamination may remove before the run stops."""
+    `max_contaminated`: the share of the input decontamination may remove before the run stops.
+    `lines`: exact line dedup first (`dedup.job.lines`), a line's key removed from all but its first
+    occurrence once it occurs `min_copies` times."""
 
     params: Params
     id_column: str = "id"
@@ -63,6 +65,8 @@ class Settings:
     keep: str | None = None
     clusters: str = "connected"
     max_contaminated: float | None = None
+    lines: bool = False
+    min_copies: int = 2
 
 
 UNSET = cast(dd.DataFrame, None)
@@ -78,6 +82,10 @@ class Job:
     ddf: dd.DataFrame
     report: Report
     kept: Checkpoints
+    decided: dd.DataFrame = UNSET
+    """With line dedup: the repeated lines' keys settled, at each input partition holding them."""
+    top_lines: pd.DataFrame | None = None
+    line_counts: dict[str, Any] | None = None
     feat: dd.DataFrame = UNSET
     """Features (doc, _id, signature, text hashes, source, ...) per input partition, persisted."""
     examples: pd.DataFrame | None = None

@@ -4,6 +4,7 @@ in the staging directory (with its index docs file), and `_report/removed.parque
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -82,21 +83,37 @@ def join_pieces(staging_url: str, name: str, pieces: list[shards_mod.Piece]) -> 
     return shards_mod.write_joined(fs, [piece_path(root, name, p) for p in pieces], f"{root}/{name}")
 
 
-def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
-                 id_column: str, drop: bool, tag: bool, staging_url: str, num_perm: int | None = None,
-                 shown: tuple[str, dict[int, list[int]]] | None = None,
-                 offsets: dict[tuple[int, int], int] | None = None, sizes: bool = False,
-                 partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+@dataclass(frozen=True)
+class ShardOptions:
+    """How the write tasks write a partition: the id and text columns; `drop` the near duplicates or
+    only `tag` rows with `minhash_cluster` (and with `sizes`, `minhash_cluster_size`); where
+    (`staging_url`); with `num_perm`, also the index's docs file."""
+
+    id_column: str
+    text_column: str
+    drop: bool
+    tag: bool
+    staging_url: str
+    num_perm: int | None = None
+    sizes: bool = False
+
+
+def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFrame | None, inputs: Inputs,
+                options: ShardOptions, shown: tuple[str, dict[int, list[int]]] | None = None,
+                offsets: dict[tuple[int, int], int] | None = None,
+                partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Write the output shards of one partition: each input file filtered, tagged, under its own name
-    (a piece of a split file as a part, `piece_path`, joined later); with `num_perm`, also this
-    partition's index docs file (every document kept as its cluster's root), where the rows of a
-    split file's pieces start at `offsets[(partition, piece)]`. `shown`: (text column, partition
+    (a piece of a split file as a part, `piece_path`, joined later); with `options.num_perm`, also
+    this partition's index docs file (every document kept as its cluster's root), where the rows of
+    a split file's pieces start at `offsets[(partition, piece)]`. `shown`: (text column, partition
     -> rows): the texts of those rows come back, as (key, text) pairs in the "texts" column, for the
-    report page (read here with every other column). `sizes`: also `minhash_cluster_size`, each row's
-    cluster's size, after `minhash_cluster`."""
+    report page (read here with every other column). `lines`: with line dedup, this partition's
+    settled repeated lines (`dedup.job.lines`): the texts are written without those they lose."""
     import fsspec
 
     assert partition_info is not None
+    o = options
+    id_column, drop, tag, staging_url, num_perm, sizes = o.id_column, o.drop, o.tag, o.staging_url, o.num_perm, o.sizes
     groups, schema = inputs
     group = groups[partition_info["number"]]
     keep, cluster = row_decisions(feat, roots, drop)
@@ -115,6 +132,8 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
         n = table.num_rows
         if offset + n > len(feat) or n != piece.rows:
             raise RuntimeError(f"{s.path} has more rows than its features; was it changed during the run?")
+        if lines is not None:
+            table = without_repeated_lines(table, o.text_column, feat, offset, lines)
         here = wanted[(wanted >= offset) & (wanted < offset + n)]
         if len(here):
             got = table.column(text_column).take(pa.array(here - offset, pa.int64())).to_pylist()
@@ -152,6 +171,21 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, inputs: Inputs,
         absorbed = table.num_rows - indexed
     return pd.DataFrame({"rows": [written], "indexed": [indexed], "absorbed": [absorbed], "bytes": [nbytes],
                          "texts": pd.Series([texts], dtype=object)})
+
+
+def without_repeated_lines(table: pa.Table, text_column: str, feat: pd.DataFrame, offset: int,
+                           lines: pd.DataFrame) -> pa.Table:
+    """`table` (rows offset.. of a features partition) with its texts rewritten by line dedup; the
+    contaminated documents' as they are (they are not written)."""
+    from dedup.partition.lines import rewrite
+
+    if lines.empty:
+        return table
+    rows = slice(offset, offset + table.num_rows)
+    clean = feat["source"].to_numpy()[rows] < 0
+    at = table.schema.get_field_index(text_column)
+    new, _ = rewrite(table.column(at), feat["doc"].to_numpy(np.int64)[rows], lines, clean)
+    return table.set_column(at, table.schema.field(at), new)
 
 
 def locator(groups: list[list[shards_mod.Piece]]) -> Callable[[int], tuple[str, int]]:

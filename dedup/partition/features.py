@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from dedup.config import Params
@@ -24,6 +26,14 @@ from dedup.partition.rows import rows_of
 
 CLEAN = -1
 """`source` of a document that overlaps no protected record (>= 0: the record it overlaps)."""
+
+EMPTIED = -2
+"""`source` of a clean document that line dedup left without a word (it had lines removed): dropped,
+with reason `empty_after_lines`; like a contaminated one it takes no part in near-dedup."""
+
+ORIGINAL_TEXT = "_original_text"
+"""With line dedup, the column holding each document's text as read, beside the rewritten text in
+the text column (`dedup.partition.lines.rewritten_frame`): decontamination reads both."""
 
 
 def mark_skipped(feat: pd.DataFrame, skipped: pd.DataFrame) -> pd.DataFrame:
@@ -79,29 +89,43 @@ def features_meta(num_perm: int, id_dtype: Any, keep_dtype: Any = None) -> pd.Da
 
 
 def document_features(part: pd.DataFrame, id_column: str, text_column: str, params: Params,
-             protected: ProtectedNgrams | None, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+             protected: ProtectedNgrams | None, near: bool = True,
+             partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Per document: id, key (partition, row), two text hashes, contamination source and MinHash signature.
 
     tkey/tkey2: two independent 64-bit hashes of the document's words (0 for a document with
     no words or a contaminated one: such documents take no part in near-dedup).
     source: the smallest index of a protected record it overlaps, -1 when clean; source_gram: the
     smallest index of an n-gram of that record it holds (for reports), -1 when clean; skipped: False
-    (`mark_skipped` sets it).
+    (`mark_skipped` sets it). Without `near` (a run that finds no near duplicates) the signatures
+    are left zero: nothing reads them.
     """
     n = len(part)
     if protected is not None and len(protected) and params.ngram_size != protected.ngram_size:
         raise ValueError(f"Protected n-grams were built with ngram_size={protected.ngram_size}, "
                          f"but the job runs with ngram_size={params.ngram_size}.")
-    sigs = np.empty((n, params.num_perm), dtype=SIGNATURE_DTYPE)
+    sigs = (np.empty if near else np.zeros)((n, params.num_perm), dtype=SIGNATURE_DTYPE)
     source, source_gram = np.full(n, -1, dtype=np.int32), np.full(n, -1, dtype=np.int64)
     tkey = np.zeros(n, dtype=np.uint64)
     tkey2 = np.zeros(n, dtype=np.uint64)
+    changed = np.zeros(n, bool)
+    if ORIGINAL_TEXT in part.columns:  # line dedup: contaminated by what it held, or by its new text
+        before = pa.array(part[ORIGINAL_TEXT], type=pa.large_string(), from_pandas=True)
+        after = pa.array(part[text_column], type=pa.large_string(), from_pandas=True)
+        changed = ~pc.equal(before, after).fill_null(True).to_numpy(zero_copy_only=False)
+        if protected is not None and len(protected):
+            for lo, batch in encode_column_chunks(part[ORIGINAL_TEXT], SIGNATURE_CHUNK):
+                source[lo:lo + len(batch.word_offsets) - 1], source_gram[lo:lo + len(batch.word_offsets) - 1] = \
+                    protected.first_hits(batch)
     for lo, batch in encode_column_chunks(part[text_column], SIGNATURE_CHUNK):  # each document on its own
         hi = lo + len(batch.word_offsets) - 1
-        sigs[lo:hi] = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed,
-                                       shingle_size=params.shingle_size, shingle_unit=params.shingle_unit)
+        if near:
+            sigs[lo:hi] = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed,
+                                           shingle_size=params.shingle_size, shingle_unit=params.shingle_unit)
         if protected is not None and len(protected):
-            source[lo:hi], source_gram[lo:hi] = protected.first_hits(batch)
+            rec, gram = protected.first_hits(batch)
+            late = source[lo:hi] < 0  # with line dedup, only those its original text left clean
+            source[lo:hi][late], source_gram[lo:hi][late] = rec[late], gram[late]
         # two independent 64-bit hashes of the document's words (xorshift-multiply and FNV-1a)
         has_words = np.flatnonzero(batch.num_words > 0)
         first = batch.word_offsets[:-1][has_words]
@@ -110,7 +134,8 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
                                       np.ascontiguousarray(batch.word_ends(last), np.int64))
         tkey[lo + has_words] = np.where(mix == 0, 1, mix)  # 0 is kept for "takes no part"
         tkey2[lo + has_words] = np.where(fnv == 0, 1, fnv)
-    inactive = source >= 0  # contaminated documents, like those without words (key 0), take no part
+    source[changed & (source < 0) & (tkey == 0)] = EMPTIED  # lost a line and has no word left
+    inactive = source != CLEAN  # contaminated documents, like those without words (key 0), take no part
     tkey[inactive] = 0
     tkey2[inactive] = 0
     number = partition_info["number"] if partition_info else 0

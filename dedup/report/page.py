@@ -282,6 +282,9 @@ def run_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     rows.append(("protected files", ", ".join(protected) if protected else "none: no decontamination"))
     if protected:
         rows.append(("--max-contaminated", f"{m.get('max_contaminated')}"))
+    lines = m.get("lines")
+    rows.append(("line dedup", f"yes: a line repeated {lines['min_copies']} times or more (--min-copies) is kept only "
+                               "where it first occurs" if lines else "no"))
     if m.get("near_dedup"):
         b = m.get("banding") or {}
         if b:
@@ -309,12 +312,26 @@ def run_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _lines_section(lines: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The page's repeated lines: the counts, the most repeated lines, the share histogram's rows."""
+    if not lines:
+        return None
+    bins = len(lines["share_histogram"])
+    hist = [{"range": f"{100 * i // bins}-{100 * (i + 1) // bins}%", "documents": n}
+            for i, n in enumerate(lines["share_histogram"])]
+    top = [{"count": t["count"], "text": shorten(t["text"]), "document": shorten(t["document"]), "line": t["line"]}
+           for t in lines["top_lines"]]
+    return {**lines, "top": top, "hist": hist}
+
+
 def render(manifest: dict[str, Any], extras: Extras) -> str:
     """The page, as one HTML string (`templates/page.html.j2`, every value escaped by Jinja2)."""
     m = manifest
     total = m["input_rows"] or 1
     skipped = m.get("skipped_existing") or 0
+    emptied = (m.get("lines") or {}).get("documents_dropped", 0)
     counts = [("input rows", m["input_rows"]), ("contaminated, dropped", m["contaminated_dropped"]),
+              *([("left without a word by line dedup, dropped", emptied)] if m.get("lines") else []),
               ("near duplicates found", m["near_duplicates_found"]),
               ("near duplicates dropped", m["near_duplicates_dropped"]),
               *([("skipped, id already indexed", skipped)] if skipped else []),
@@ -344,6 +361,7 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
                         "ngram": shorten(r["ngram"]), "example": example})
     p = {**m["parameters"], "shingle_unit": m["parameters"].get("shingle_unit", "word")}
     return str(_template().render(
-        m=m, p=p, css=Markup(CSS), counts=counts, total=total, skipped=skipped, plots=_plots(m, extras),
+        m=m, p=p, css=Markup(CSS), counts=counts, total=total, skipped=skipped, emptied=emptied,
+        lines=_lines_section(m.get("lines")), plots=_plots(m, extras),
         to_survivor=_survivor_words(m) if m.get("near_dedup") else "", near_pairs=near_pairs, clusters=clusters,
         records=records, parameters=sorted(m["parameters"].items()), run=run_rows(m), excerpt=_excerpt_html))

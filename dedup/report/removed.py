@@ -1,8 +1,9 @@
 """`OUTPUT/_report/removed.parquet`: one row per document a run removed (or, keeping duplicates, would).
 
 A directory of Parquet files, one per input file under its own name, so no single process ever
-holds the list: id, reason (`near_duplicate`, `contaminated`, or `already_indexed` with
-`--skip-existing`); for near duplicates the root id, the document it was matched to
+holds the list: id, reason (`near_duplicate`, `contaminated`, `already_indexed` with
+`--skip-existing`, or `empty_after_lines` with line dedup: no word left once its repeated lines
+went); for near duplicates the root id, the document it was matched to
 (`dedup.partition.roots.closest_matches`: the smallest id among its other copies and the best copy of each text
 confirmed against its own) and that pair's similarity (estimate, and exact Jaccard with
 `--confirm exact`), and its similarity to the root by the confirm rule in force
@@ -20,14 +21,15 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.core.decontam import ProtectedNgrams
-from dedup.partition.features import CLEAN
+from dedup.partition.features import CLEAN, EMPTIED
 from dedup.partition.keyspace import key_row
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD
 
 REPORT_DIR = "_report"
 REMOVED = f"{REPORT_DIR}/removed.parquet"
 PAGE = f"{REPORT_DIR}/index.html"
-NEAR, CONTAMINATED, SKIPPED_EXISTING = "near_duplicate", "contaminated", "already_indexed"
+NEAR, CONTAMINATED, SKIPPED_EXISTING, EMPTY_AFTER_LINES = "near_duplicate", "contaminated", "already_indexed", \
+    "empty_after_lines"
 
 
 def removed_schema(id_type: pa.DataType) -> pa.Schema:
@@ -52,7 +54,8 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
     contaminated = source >= 0
     skipped = feat["skipped"].to_numpy(bool)
     near = (source == CLEAN) & ~skipped & (cluster != ids)
-    take = np.flatnonzero(contaminated | near | skipped)
+    emptied = source == EMPTIED
+    take = np.flatnonzero(contaminated | near | skipped | emptied)
     n = len(feat)
     matched = np.full(n, None, dtype=object)
     est = np.full(n, np.nan, dtype=np.float32)
@@ -79,7 +82,8 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
                 grams[j] = protected.ngram_text(int(grams_of[r]))
     is_near = near[take]
     mask = ~is_near
-    reason = np.where(is_near, NEAR, np.where(skipped[take], SKIPPED_EXISTING, CONTAMINATED))
+    reason = np.where(is_near, NEAR, np.where(skipped[take], SKIPPED_EXISTING,
+                                              np.where(emptied[take], EMPTY_AFTER_LINES, CONTAMINATED)))
     schema = removed_schema(id_type)
     return pa.table({
         "id": pa.array(ids[take].tolist(), id_type),
