@@ -51,7 +51,7 @@ FAST_MODULES = frozenset({
 
 
 LONGEST_MODULES = ("test_resume", "test_centred", "test_scale_out", "test_incremental", "test_faults",
-                   "test_pipeline", "test_keep_by", "test_object_store", "test_fidelity", "test_report",
+                   "test_pipeline", "test_keep_by", "test_object_store", "test_fidelity", "test_lines", "test_report",
                    "test_row_groups", "test_cli", "test_stalls", "test_runtime", "test_first_hour", "test_paths",
                    "test_cluster_size", "test_bad_input", "test_small_promises", "test_clean_failures",
                    "test_evalfiles", "test_components")
