@@ -79,7 +79,7 @@ def _check(out: Path, frame: pd.DataFrame, want: dict, manifest: dict, min_copie
     assert manifest["output_rows"] == len(kept)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(texts_strategy, st.integers(1, 4), st.integers(2, 3), st.randoms(use_true_random=False))
 def test_a_run_removes_the_lines_the_reference_removes(client, tmp_path_factory: pytest.TempPathFactory,
                                                        texts: list[str | None], shards: int, min_copies: int,
@@ -217,10 +217,10 @@ def test_the_python_api_checks_min_copies(tmp_path: Path) -> None:
         run(str(tmp_path / "in"), str(tmp_path / "out"), lines=True, min_copies=0, params=Params())
 
 
-@pytest.mark.parametrize("stage", ["lines:", "features:"])
-def test_run_lines_killed_after_a_stage_resumes_to_the_same_bytes(tmp_path: Path, stage: str) -> None:
-    """`dedup run --lines` killed once a stage has ended, then run again: it reuses what it kept and
-    writes the same bytes as a run never interrupted."""
+def test_run_lines_killed_after_its_lines_resumes_to_the_same_bytes(tmp_path: Path) -> None:
+    """`dedup run --lines` killed once the lines stage has ended, then run again: it reuses the repeated
+    lines it kept (the features and the write rewrite the texts from them) and writes the same bytes
+    as a run never interrupted."""
     rng = random.Random(5)
     vocab = [f"w{i}" for i in range(500)]
     bodies = [" ".join(rng.choice(vocab) for _ in range(40)) for _ in range(300)]
@@ -229,7 +229,7 @@ def test_run_lines_killed_after_a_stage_resumes_to_the_same_bytes(tmp_path: Path
     write_shards(pd.DataFrame({"id": [f"x{i:04d}" for i in range(len(texts))], "text": texts}), tmp_path / "in", 3)
     cmd = [*DEDUP, "run", str(tmp_path / "in"), str(tmp_path / "out"), "--lines", "--threads", "2",
            "--partition-rows", "50"]
-    kill_after(cmd, stage)
+    kill_after(cmd, "lines:")
     again = run_command(cmd)
     assert again.returncode == 0, again.stderr
     assert "resuming: reusing lines" in again.stderr
@@ -238,3 +238,17 @@ def test_run_lines_killed_after_a_stage_resumes_to_the_same_bytes(tmp_path: Path
     assert parquet_digests(tmp_path / "out") == parquet_digests(tmp_path / "whole")
     m = json.loads((tmp_path / "out" / "_dedup.json").read_text())
     assert m["lines"]["lines_removed"] > 0 and m["near_duplicates_found"] >= 30
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), unique=True, max_size=20),
+       st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=40))
+def test_a_settled_key_is_found_by_both_hashes_even_when_one_is_shared(settled: list, wanted: list) -> None:
+    """The lookup of the settled keys a partition holds: a key is found exactly when both of its
+    hashes are a settled key's, also when settled keys share their first hash (small hashes here)."""
+    from dedup.partition.lines import _settled_row
+
+    decided = pd.DataFrame({"h1": np.array([a for a, _ in settled], np.uint64),
+                            "h2": np.array([b for _, b in settled], np.uint64)})
+    got = _settled_row(np.array([a for a, _ in wanted], np.uint64), np.array([b for _, b in wanted], np.uint64), decided)
+    where = {key: i for i, key in enumerate(settled)}
+    assert got.tolist() == [where.get(key, -1) for key in wanted]
