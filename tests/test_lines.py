@@ -177,7 +177,8 @@ def test_run_lines_decontaminates_first_and_finds_near_duplicates_in_the_new_tex
 
 def test_dedup_lines_keeps_every_column_type_and_the_row_order(tmp_path: Path) -> None:
     """`dedup lines` in a subprocess: the other columns (timestamps, nested lists and structs, nulls)
-    and the row order as read; only the texts change; a document left without a word is dropped;
+    and the row order as read; only the texts change; a document left without a word is dropped; the
+    same bytes on one thread as on two workers, the same rows with the file read 7 rows a partition;
     --against is refused in one line, before any work; --min-copies is checked."""
     n = 40
     table = pa.table({
@@ -203,6 +204,13 @@ def test_dedup_lines_keeps_every_column_type_and_the_row_order(tmp_path: Path) -
     assert out["text"][1].as_py() == "story 1" and out["text"][0].as_py() == "menu home\nfooter c"
     manifest = json.loads((tmp_path / "out" / "_dedup.json").read_text())
     assert manifest["lines"]["documents_dropped"] == n - len(keep) > 0
+    threads = run_command([*DEDUP, "lines", str(tmp_path / "in"), str(tmp_path / "one"), "--threads", "1"])
+    assert threads.returncode == 0, threads.stderr
+    assert parquet_digests(tmp_path / "one") == parquet_digests(tmp_path / "out")  # whatever the workers
+    split = run_command([*DEDUP, "lines", str(tmp_path / "in"), str(tmp_path / "split"), "--threads", "1",
+                         "--partition-rows", "7"])
+    assert split.returncode == 0, split.stderr
+    assert pq.read_table(tmp_path / "split" / "part.parquet").equals(out)  # the file read as 5 partitions
     refused = run_command([*DEDUP, "run", str(tmp_path / "in"), str(tmp_path / "o2"), "--lines", "--against",
                            str(tmp_path / "out")])
     assert refused.returncode == 2 and "--against with line dedup" in refused.stderr
