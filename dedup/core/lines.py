@@ -36,13 +36,9 @@ class Lines:
 
 
 def _as_large(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
-    if pa.types.is_dictionary(texts.type):
-        texts = texts.cast(texts.type.value_type)
-    if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
-        raise TypeError(f"line dedup takes a string array, not {texts.type}")
-    return texts.cast(pa.large_string())
+    from dedup.core.text import string_array
+
+    return string_array(texts, "line dedup").cast(pa.large_string())
 
 
 def _split(texts: pa.Array) -> tuple[pa.Array, NDArray[np.int64]]:
@@ -75,9 +71,7 @@ def split_lines(texts: pa.Array | pa.ChunkedArray) -> Lines:
 def without_lines(texts: pa.Array | pa.ChunkedArray, doc: NDArray[np.int64], line: NDArray[np.int64]) -> pa.Array:
     """`texts` with line `line[i]` of text `doc[i]` removed for every i, the other lines joined by
     "\\n" as they were; a null stays null. Of the input's Arrow type (string or large_string)."""
-    source = texts.type if not isinstance(texts, pa.ChunkedArray) else texts.type
-    if pa.types.is_dictionary(source):
-        source = source.value_type
+    source = texts.type.value_type if pa.types.is_dictionary(texts.type) else texts.type
     large = _as_large(texts)
     if not len(doc):
         return large.cast(source)

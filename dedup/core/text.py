@@ -232,18 +232,25 @@ def encode_batch(texts: Iterable[str | None]) -> TextBatch:
     return _tokenize(raw, doc_offsets[:-1], doc_offsets[1:], np.array(pre, dtype=np.bool_))
 
 
+def string_array(array: pa.Array | pa.ChunkedArray, caller: str) -> pa.Array:
+    """One Arrow string (or large_string) array of `array`'s values: chunks combined, a dictionary
+    decoded; anything but strings is a TypeError naming `caller`."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    if pa.types.is_dictionary(array.type):
+        array = array.cast(array.type.value_type)
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+        raise TypeError(f"{caller} takes a string array, not {array.type}")
+    return array
+
+
 def encode_arrow(array: pa.Array | pa.ChunkedArray) -> TextBatch:
     """`encode_batch` of an Arrow string array (nulls count as texts without words), read in place.
 
     ASCII texts are tokenised straight from the array's data buffer; only the others are turned
     into Python strings, for the reference `words`. Gives `encode_batch(array.to_pylist())`.
     """
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
-    if pa.types.is_dictionary(array.type):
-        array = array.cast(array.type.value_type)
-    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
-        raise TypeError(f"encode_arrow takes a string array, not {array.type}")
+    array = string_array(array, "encode_arrow")
     n = len(array)
     _, off_buf, data_buf = array.buffers()
     width = np.int64 if pa.types.is_large_string(array.type) else np.int32
