@@ -260,3 +260,19 @@ def test_a_settled_key_is_found_by_both_hashes_even_when_one_is_shared(settled: 
     got = _settled_row(np.array([a for a, _ in wanted], np.uint64), np.array([b for _, b in wanted], np.uint64), decided)
     where = {key: i for i, key in enumerate(settled)}
     assert got.tolist() == [where.get(key, -1) for key in wanted]
+
+
+def test_a_text_that_line_dedup_makes_contaminated_is_dropped_as_contaminated(tmp_path: Path) -> None:
+    """A protected 13-gram that only the new text holds, across the line removed between its halves:
+    the document is dropped as contaminated (with that record), not written with it."""
+    secret = "the quick brown fox jumps over the lazy dog while the eval record says hello"
+    texts = {"a": "zzz boiler line\nsomething else entirely", "b": "the quick brown fox jumps over\nzzz boiler line\n"
+             "the lazy dog while the eval record says hello to all", "c": "unrelated words only"}
+    (tmp_path / "eval.txt").write_text(secret)
+    write_shards(pd.DataFrame({"id": list(texts), "text": list(texts.values())}), tmp_path / "in", 1)
+    m = run(str(tmp_path / "in"), str(tmp_path / "out"), protected=[tmp_path / "eval.txt"], lines=True,
+            max_contaminated=1)
+    assert pd.read_parquet(tmp_path / "out")["id"].tolist() == ["a", "c"]
+    assert m["contaminated_dropped"] == 1 and m["lines"]["lines_removed"] == 1
+    removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
+    assert removed[["id", "reason"]].values.tolist() == [["b", "contaminated"]]
