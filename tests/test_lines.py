@@ -147,30 +147,35 @@ def test_the_contracts_worked_example(tmp_path: Path) -> None:
 
 def test_run_lines_decontaminates_first_and_finds_near_duplicates_in_the_new_texts(client, tmp_path: Path) -> None:
     """`run --lines`: a contaminated document's lines do not count (its copy of a line is not a first
-    occurrence), and near duplicates are found among the rewritten texts, as the reference clusters
-    the reference's new texts."""
+    occurrence); a document whose new text joins the halves of a protected 13-gram (the line between
+    them went) is dropped as contaminated; near duplicates are found among the rewritten texts, as
+    the reference clusters the reference's new texts."""
     rng = random.Random(3)
     vocab = [f"w{i}" for i in range(3000)]
     body = [" ".join(rng.choice(vocab) for _ in range(60)) for _ in range(40)]
     shared = "this header line is everywhere in the crawl"
     secret = "the quick brown fox jumps over the lazy dog while the eval record says hello to everyone here"
-    texts = [f"{secret}\nlonely line only here and in b", "lonely line only here and in b\n" + body[0]]
+    halves = secret.split(" ")
+    texts = [f"{secret}\nlonely line only here and in b", f"lonely line only here and in b\n{body[0]}\nzzz boiler",
+             " ".join(halves[:6]) + "\nzzz boiler\n" + " ".join(halves[6:13]) + " and more"]
     texts += [f"{shared}\n{b}" for b in body]
     texts += [f"{shared}\n{b} tail" for b in body[:10]]  # near copies once the header is gone
     ids = [f"d{i:03d}" for i in range(len(texts))]
-    frame = pd.DataFrame({"id": ids, "text": texts})
     (tmp_path / "eval.txt").write_text(secret)
-    src = write_shards(frame, tmp_path / "in", 3)
+    src = write_shards(pd.DataFrame({"id": ids, "text": texts}), tmp_path / "in", 3)
     m = run(str(src), str(tmp_path / "out"), protected=[tmp_path / "eval.txt"], lines=True, drop=False,
             partition_rows=20)
-    assert m["contaminated_dropped"] == 1
-    got = pd.read_parquet(tmp_path / "out")
-    clean = [(i, t) for i, t in zip(ids, texts) if i != "d000"]
-    want = ref_lines([i for i, _ in clean], [t for _, t in clean])
-    assert dict(zip(got["id"], got["text"])) == want
+    counted = [(i, t) for i, t in zip(ids, texts) if i != "d000"]  # decontamination of the texts as read
+    want = ref_lines([i for i, _ in counted], [t for _, t in counted])
     assert want["d001"].startswith("lonely line")  # d000's copy, contaminated, did not count
-    new_ids = [i for i, _ in clean]
-    clusters = ref_clusters(new_ids, [want[i] for i in new_ids], mode="connected", threshold=0.8, confirm="estimate")
+    assert want["d002"].split("\n") == [" ".join(halves[:6]), " ".join(halves[6:13]) + " and more"]
+    removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
+    assert set(removed["id"][removed["reason"] == "contaminated"]) == {"d000", "d002"}
+    assert m["contaminated_dropped"] == 2
+    kept = [i for i, _ in counted if i != "d002"]
+    got = pd.read_parquet(tmp_path / "out")
+    assert dict(zip(got["id"], got["text"])) == {i: want[i] for i in kept}
+    clusters = ref_clusters(kept, [want[i] for i in kept], mode="connected", threshold=0.8, confirm="estimate")
     assert dict(zip(got["id"], got["minhash_cluster"])) == {i: r for i, (r, _) in clusters.items()}
     assert m["near_duplicates_found"] == sum(i != r for i, (r, _) in clusters.items()) >= 5
 
@@ -178,7 +183,7 @@ def test_run_lines_decontaminates_first_and_finds_near_duplicates_in_the_new_tex
 def test_dedup_lines_keeps_every_column_type_and_the_row_order(tmp_path: Path) -> None:
     """`dedup lines` in a subprocess: the other columns (timestamps, nested lists and structs, nulls)
     and the row order as read; only the texts change; a document left without a word is dropped; the
-    same bytes on one thread as on two workers, the same rows with the file read 7 rows a partition;
+    same bytes on one thread as on two workers;
     --against is refused in one line, before any work; --min-copies is checked."""
     n = 40
     table = pa.table({
@@ -207,10 +212,6 @@ def test_dedup_lines_keeps_every_column_type_and_the_row_order(tmp_path: Path) -
     threads = run_command([*DEDUP, "lines", str(tmp_path / "in"), str(tmp_path / "one"), "--threads", "1"])
     assert threads.returncode == 0, threads.stderr
     assert parquet_digests(tmp_path / "one") == parquet_digests(tmp_path / "out")  # whatever the workers
-    split = run_command([*DEDUP, "lines", str(tmp_path / "in"), str(tmp_path / "split"), "--threads", "1",
-                         "--partition-rows", "7"])
-    assert split.returncode == 0, split.stderr
-    assert pq.read_table(tmp_path / "split" / "part.parquet").equals(out)  # the file read as 5 partitions
     refused = run_command([*DEDUP, "run", str(tmp_path / "in"), str(tmp_path / "o2"), "--lines", "--against",
                            str(tmp_path / "out")])
     assert refused.returncode == 2 and "--against with line dedup" in refused.stderr
@@ -261,18 +262,3 @@ def test_a_settled_key_is_found_by_both_hashes_even_when_one_is_shared(settled: 
     where = {key: i for i, key in enumerate(settled)}
     assert got.tolist() == [where.get(key, -1) for key in wanted]
 
-
-def test_a_text_that_line_dedup_makes_contaminated_is_dropped_as_contaminated(tmp_path: Path) -> None:
-    """A protected 13-gram that only the new text holds, across the line removed between its halves:
-    the document is dropped as contaminated (with that record), not written with it."""
-    secret = "the quick brown fox jumps over the lazy dog while the eval record says hello"
-    texts = {"a": "zzz boiler line\nsomething else entirely", "b": "the quick brown fox jumps over\nzzz boiler line\n"
-             "the lazy dog while the eval record says hello to all", "c": "unrelated words only"}
-    (tmp_path / "eval.txt").write_text(secret)
-    write_shards(pd.DataFrame({"id": list(texts), "text": list(texts.values())}), tmp_path / "in", 1)
-    m = run(str(tmp_path / "in"), str(tmp_path / "out"), protected=[tmp_path / "eval.txt"], lines=True,
-            max_contaminated=1)
-    assert pd.read_parquet(tmp_path / "out")["id"].tolist() == ["a", "c"]
-    assert m["contaminated_dropped"] == 1 and m["lines"]["lines_removed"] == 1
-    removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
-    assert removed[["id", "reason"]].values.tolist() == [["b", "contaminated"]]
