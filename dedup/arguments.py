@@ -146,8 +146,13 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
     o.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
 
 
+DESCRIPTION = ("Remove near-duplicate documents, documents that overlap your eval sets, and (with `lines` or "
+               "`run --lines`) repeated lines from Parquet text corpora, on a laptop or a Dask cluster.")
+"""What `dedup --help` says the tool does (this module's docstring is for its readers)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dedup", description=__doc__ or "",
+    parser = argparse.ArgumentParser(prog="dedup", description=DESCRIPTION,
                                      epilog="INPUT: a Parquet file, a directory of shards, a glob or an fsspec URL. "
                                             "OUTPUT: the same shards (same names, same schema plus minhash_cluster) plus "
                                             "_dedup.json, the manifest that marks it complete. Exit codes: 0 done, 1 the "

@@ -21,8 +21,9 @@ def test_help_describes_every_option() -> None:
                 "--protected"):
         assert opt in out
     top = _run("--help").stdout
-    for cmd in ("run", "near", "decontaminate", "tune", "demo"):
+    for cmd in ("run", "near", "decontaminate", "lines", "tune", "demo"):
         assert cmd in top
+    assert "Remove near-duplicate documents" in top and "arguments" not in top.split("positional")[0]
 
 
 def test_tune_prints_choice_and_s_curve() -> None:
