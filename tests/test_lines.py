@@ -79,7 +79,7 @@ def _check(out: Path, frame: pd.DataFrame, want: dict, manifest: dict, min_copie
     assert manifest["output_rows"] == len(kept)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(texts_strategy, st.integers(1, 4), st.integers(2, 3), st.randoms(use_true_random=False))
 def test_a_run_removes_the_lines_the_reference_removes(client, tmp_path_factory: pytest.TempPathFactory,
                                                        texts: list[str | None], shards: int, min_copies: int,
