@@ -77,6 +77,14 @@ def _check(out: Path, frame: pd.DataFrame, want: dict, manifest: dict, min_copie
     lines = manifest["lines"]
     assert lines["lines_removed"] == lost and lines["documents_dropped"] == len(removed)
     assert manifest["output_rows"] == len(kept)
+    where: dict[str, list] = {}  # the most repeated lines: by count, then first occurrence, never by position
+    for i, t in zip(frame["id"], _texts(frame)):
+        for j, line in enumerate(t.split("\n") if t is not None else []):
+            if _key(line):
+                where.setdefault(_key(line), []).append((i, j, line))
+    top = sorted((-len(w), *min(w)) for w in where.values() if len(w) >= min_copies)[:20]
+    assert [(t["count"], t["document"], t["line"], t["text"]) for t in lines["top_lines"]] == \
+        [(-c, i, j, line) for c, i, j, line in top]
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

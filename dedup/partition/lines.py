@@ -223,6 +223,8 @@ def key_count(settled: pd.DataFrame) -> pd.DataFrame:
 
 
 def top_keys(decided: pd.DataFrame, n: int = SHOWN_LINES) -> pd.DataFrame:
-    """The `n` most repeated settled keys of these rows (count, then first occurrence), once each."""
+    """The `n` most repeated settled keys of these rows, once each: by count, then by their first
+    occurrence's id and line, then by key (never by position: the same whatever the partitioning)."""
     one = decided.drop_duplicates(["h1", "h2"])
-    return one.sort_values(["count", "doc", "line"], ascending=[False, True, True], kind="stable").head(n)
+    return one.sort_values(["count", "_id", "line", "h1", "h2"], ascending=[False, True, True, True, True],
+                           kind="stable").head(n)
