@@ -258,19 +258,22 @@ def test_a_new_document_near_only_a_dropped_duplicate_joins_its_cluster(client, 
     filler = [" ".join(f"f{j}v{i}" for i in range(40)) for j in range(6)]
     first = pd.DataFrame({"id": ["a-root", "b-dup", *[f"c{j}" for j in range(6)]],
                           "text": [" ".join(r), " ".join(d), *filler]})
-    second = pd.DataFrame({"id": ["z-new"], "text": [" ".join(n)]})
+    second = pd.DataFrame({"id": ["z-new", "z-other"], "text": [" ".join(n), "an unrelated new page of other words"]})
     sig_r, sig_n = ref_signature(" ".join(r)), ref_signature(" ".join(n))
     assert not set(enumerate(ref_band_keys(sig_r))) & set(enumerate(ref_band_keys(sig_n)))
     for confirm, kept_dups, want in (("estimate", False, "a-root"), ("estimate", True, "a-root"),
                                      ("exact", False, "z-new")):
         params = Params(confirm=confirm)
         out1, out2 = tmp_path / f"{confirm}-{kept_dups}-1", tmp_path / f"{confirm}-{kept_dups}-2"
-        run(str(write_shards(first, tmp_path / f"{confirm}-{kept_dups}-c1", 2)), str(out1), params=params,
-            drop=not kept_dups)
+        # r and d in index partitions of their own, gathered apart (the new input has two partitions too):
+        # r is read at a partition no matched band row names
+        m1 = run(str(write_shards(first, tmp_path / f"{confirm}-{kept_dups}-c1", 2)), str(out1), params=params,
+                 drop=not kept_dups, partition_rows=4)
+        assert m1["partitions"] == 2
         assert set(pd.read_parquet(out1)["id"]) == set(first["id"]) - (set() if kept_dups else {"b-dup"})
-        run(str(write_shards(second, tmp_path / f"{confirm}-{kept_dups}-c2", 1)), str(out2), params=params,
-            drop=False, against=[str(out1)])
-        assert _clusters(out2) == {"z-new": want}
+        run(str(write_shards(second, tmp_path / f"{confirm}-{kept_dups}-c2", 2)), str(out2), params=params,
+            drop=False, against=[str(out1)], partition_rows=1)
+        assert _clusters(out2) == {"z-new": want, "z-other": "z-other"}
         if want == "a-root":  # scored against r itself, not d
             near = pd.read_parquet(out2 / "_report" / "removed.parquet")
             assert near["root"].tolist() == ["a-root"]

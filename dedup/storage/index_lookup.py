@@ -265,10 +265,10 @@ def index_features(rows: Any, roots: Any, layout: Layout, params: Params, exact:
     from dedup.partition.features import CLEAN, ROOT_DOC, SIG
     from dedup.partition.keyspace import ROW_BITS
 
-    if partition_info is None or partition_info["number"] < layout.first or rows.empty:
-        return features_meta(params.num_perm, id_dtype)
-    named = rows["doc"].to_numpy(np.int64)
     root_keys = np.zeros(0, np.int64) if roots is None else roots["doc"].to_numpy(np.int64)
+    if partition_info is None or partition_info["number"] < layout.first or (rows.empty and not len(root_keys)):
+        return features_meta(params.num_perm, id_dtype)  # a root may be here with no matched row naming it
+    named = rows["doc"].to_numpy(np.int64)
     keys = np.unique(np.concatenate([named, root_keys]))
     parts = [(q, need) for q in layout.gathered(partition_info["number"]) if len(need := keys[(keys >> ROW_BITS) == q])]
     found = [_partition_rows(need, q, layout, exact, params) for q, need in parts]
@@ -290,12 +290,12 @@ def index_features(rows: Any, roots: Any, layout: Layout, params: Params, exact:
             values = written.fill_null(0).to_numpy()
             root_doc[at:at + len(d)][has] = layout.translate(part, values[has].astype(np.int64))
         at += len(d)
-    if "band" in rows.columns:  # matched band rows: the documents one of them names truly (`verified`), and the roots
-        held = np.isin(docs, named[verified(rows, docs, sigs, params)]) | np.isin(docs, root_keys)
-        if not held.all():
-            docs, sigs, taken, root_doc = docs[held], sigs[held], taken.filter(pa.array(held)), root_doc[held]
-            texts = [t for t, h in zip(texts, held) if h]
-            ids, n = taken.column("root"), len(docs)
+    # the documents a matched band row names truly (`verified`), and the roots
+    held = np.isin(docs, named[verified(rows, docs, sigs, params)]) | np.isin(docs, root_keys)
+    if not held.all():
+        docs, sigs, taken, root_doc = docs[held], sigs[held], taken.filter(pa.array(held)), root_doc[held]
+        texts = [t for t, h in zip(texts, held) if h]
+        ids, n = taken.column("root"), len(docs)
     return pd.DataFrame({"_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=id_dtype), "doc": docs,
                          "tkey": taken.column("tkey").to_numpy(), "tkey2": taken.column("tkey2").to_numpy(),
                          "source": np.full(n, CLEAN, np.int32), "source_gram": np.full(n, -1, np.int64),
