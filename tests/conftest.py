@@ -169,6 +169,11 @@ def client(cluster_client: object) -> Iterator[object]:
 
 DEDUP = [sys.executable, "-m", "dedup"]
 
+ASSIGNMENTS_ONLY = {"write_report": False, "write_index": False}
+"""`run` arguments for a test that checks only which cluster each row is in: no page and no index,
+whose steps (the survivors stage, the removed list, the rendering) are about half of a small run.
+The tests of the page, the removed list and the index run with both, in every mode."""
+
 
 def run_dedup(*args: str, cwd: Path | None = None, timeout: int = 240) -> subprocess.CompletedProcess[str]:
     """`dedup ARGS...` as a child process, its output captured as text: forked from a warm

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from dedup.job.pipeline import run
 from dedup.partition.roots import SIZE, roots_of_components
-from tests.conftest import DEDUP, run_command, write_shards
+from tests.conftest import ASSIGNMENTS_ONLY, DEDUP, run_command, write_shards
 
 FIRST_INDEXED = 1_000
 
@@ -48,7 +48,7 @@ def test_sizes_are_the_rows_of_each_cluster_whatever_the_partitioning(client, sh
     tagged = {}
     for rows in (100, 25_000):
         out = tmp_path / f"tagged-{rows}"
-        run(str(shards), str(out), drop=False, cluster_size=True, partition_rows=rows)
+        run(str(shards), str(out), drop=False, cluster_size=True, partition_rows=rows, **ASSIGNMENTS_ONLY)
         tagged[rows] = pd.read_parquet(out).sort_values("id").reset_index(drop=True)
     t = tagged[100]
     assert t["minhash_cluster_size"].dtype == np.int64

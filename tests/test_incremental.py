@@ -28,7 +28,7 @@ from dedup.core.unionfind import components
 from dedup.job.pipeline import run
 from dedup.storage.index import INDEX_DIR, INDEX_META
 from dedup.storage.safety import UsageError
-from tests.conftest import run_command, write_shards
+from tests.conftest import ASSIGNMENTS_ONLY, run_command, write_shards
 from tests.reference import ref_band_keys, ref_signature
 
 
@@ -124,13 +124,13 @@ def test_index_round_trip_through_a_third_run(client, tmp_path: Path, split) -> 
     assert meta2["documents"] == m2["output_rows"]
     # out2's index references out1's: giving out2 alone compares with both
     m3 = run(str(write_shards(third, tmp_path / "c3", 2)), str(tmp_path / "out3"), params=params, drop=False,
-             against=[str(tmp_path / "out2")])
+             against=[str(tmp_path / "out2")], **ASSIGNMENTS_ONLY)
     kept = indexed([first, second], [tmp_path / "out1", tmp_path / "out2"], params)
     assert _clusters(tmp_path / "out3") == reference(kept, third, params)
     assert m3["indexed_documents"] == (kept["id"] == kept["root"]).sum()
     # naming both (the chain and its start) is the same index, read once
     m3b = run(str(tmp_path / "c3"), str(tmp_path / "out3b"), params=params, drop=False,
-              against=[str(tmp_path / "out1"), str(tmp_path / "out2")])
+              against=[str(tmp_path / "out1"), str(tmp_path / "out2")], **ASSIGNMENTS_ONLY)
     assert m3b["indexed_documents"] == m3["indexed_documents"]
     assert _clusters(tmp_path / "out3b") == _clusters(tmp_path / "out3")
     # the near duplicates of each earlier output: new documents whose cluster is named by a document it kept
@@ -268,11 +268,11 @@ def test_a_new_document_near_only_a_dropped_duplicate_joins_its_cluster(client, 
         # r and d in index partitions of their own, gathered apart (the new input has two partitions too):
         # r is read at a partition no matched band row names
         m1 = run(str(write_shards(first, tmp_path / f"{confirm}-{kept_dups}-c1", 2)), str(out1), params=params,
-                 drop=not kept_dups, partition_rows=4)
+                 drop=not kept_dups, partition_rows=4, write_report=False)
         assert m1["partitions"] == 2
         assert set(pd.read_parquet(out1)["id"]) == set(first["id"]) - (set() if kept_dups else {"b-dup"})
         run(str(write_shards(second, tmp_path / f"{confirm}-{kept_dups}-c2", 2)), str(out2), params=params,
-            drop=False, against=[str(out1)], partition_rows=1)
+            drop=False, against=[str(out1)], partition_rows=1, write_index=False)
         assert _clusters(out2) == {"z-new": want, "z-other": "z-other"}
         if want == "a-root":  # scored against r itself, not d
             near = pd.read_parquet(out2 / "_report" / "removed.parquet")
@@ -280,7 +280,7 @@ def test_a_new_document_near_only_a_dropped_duplicate_joins_its_cluster(client, 
             assert near["survivor_similarity"].tolist() == [pytest.approx(np.mean(np.equal(sig_r, sig_n)), abs=1e-6)]
         if not kept_dups:  # one run over all: d and n join r either way
             every = run(str(write_shards(pd.concat([first, second]), tmp_path / f"{confirm}-all", 2)),
-                        str(tmp_path / f"{confirm}-all-out"), params=params, drop=False)
+                        str(tmp_path / f"{confirm}-all-out"), params=params, drop=False, **ASSIGNMENTS_ONLY)
             assert every["near_duplicates_found"] == 2
 
 
@@ -409,12 +409,12 @@ def test_an_index_of_an_older_format_gives_the_same_decisions(client, tmp_path: 
     2 (every signature stored, as up to format 5; whole keys, no text hashes: a detour through the
     index partitions) reaches the same decisions."""
     first, second, _ = split
-    run(str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"))
+    run(str(write_shards(first, tmp_path / "c1", 2)), str(tmp_path / "out1"), write_report=False)
     src = str(write_shards(second, tmp_path / "c2", 2))
-    m7 = run(src, str(tmp_path / "new7"), drop=False, against=[str(tmp_path / "out1")])
+    m7 = run(src, str(tmp_path / "new7"), drop=False, against=[str(tmp_path / "out1")], **ASSIGNMENTS_ONLY)
     for fmt in (6, 2):
         assert _as_older_format(tmp_path / "out1", tmp_path / f"old{fmt}", fmt) > 0
-        m = run(src, str(tmp_path / f"new{fmt}"), drop=False, against=[str(tmp_path / f"old{fmt}")])
+        m = run(src, str(tmp_path / f"new{fmt}"), drop=False, against=[str(tmp_path / f"old{fmt}")], **ASSIGNMENTS_ONLY)
         assert _clusters(tmp_path / f"new{fmt}") == _clusters(tmp_path / "new7"), fmt
         assert m["near_duplicates_of_indexed"] == m7["near_duplicates_of_indexed"] > 10
         for count in ("candidate_pairs", "confirmed_pairs", "same_text_pairs"):

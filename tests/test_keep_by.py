@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from dedup.job.pipeline import run
 from dedup.partition.features import KEEP
 from dedup.partition.roots import roots_of_components
-from tests.conftest import DEDUP, run_command
+from tests.conftest import ASSIGNMENTS_ONLY, DEDUP, run_command
 
 FIRST_INDEXED = 1_000
 
@@ -75,7 +75,7 @@ def plain(cluster_client, shards: Path, tmp_path_factory: pytest.TempPathFactory
     """Every row of a run without --keep-by, tagged: its clusters are those of any --keep-by run."""
     out = tmp_path_factory.mktemp("plain") / "out"
     with cluster_client.as_current():
-        run(str(shards), str(out), drop=False, partition_rows=100)
+        run(str(shards), str(out), drop=False, partition_rows=100, **ASSIGNMENTS_ONLY)
     return pd.read_parquet(out)
 
 
@@ -89,13 +89,13 @@ def test_keep_by_chooses_the_survivor_the_rule_says(client, shards: Path, plain:
         values = [None if pd.isna(v) else float(v) if column == "half" else v for v in group[column]]
         survivor = _survivor(list(zip(values, group["id"], [False] * len(group))), way)
         want.update(dict.fromkeys(group["id"], survivor))
-    run(str(shards), str(tmp_path / "kept"), drop=False, partition_rows=100, keep_by=spec)
+    run(str(shards), str(tmp_path / "kept"), drop=False, partition_rows=100, keep_by=spec, **ASSIGNMENTS_ONLY)
     kept = pd.read_parquet(tmp_path / "kept")
     assert dict(zip(kept["id"], kept["minhash_cluster"])) == want
     changed = sum(want[i] != c for i, c in zip(plain["id"], plain["minhash_cluster"]))
     assert changed > 0  # the rule chose other survivors than the smallest id
     if spec == "site:min":  # and at one partition
-        run(str(shards), str(tmp_path / "whole"), drop=False, keep_by=spec)
+        run(str(shards), str(tmp_path / "whole"), drop=False, keep_by=spec, **ASSIGNMENTS_ONLY)
         whole = pd.read_parquet(tmp_path / "whole")
         assert dict(zip(whole["id"], whole["minhash_cluster"])) == want
 
@@ -148,7 +148,7 @@ def test_keep_by_a_hive_key_of_the_input_directories(client, corpus_frame: pd.Da
     value = {col: dict(zip(read["id"], read[col])) for col in ("year", "lang")}
     for spec in ("year:max", "lang:min"):
         column, way = spec.split(":")
-        run(str(src), str(tmp_path / column), drop=False, keep_by=spec)
+        run(str(src), str(tmp_path / column), drop=False, keep_by=spec, **ASSIGNMENTS_ONLY)
         kept = pd.read_parquet(tmp_path / column, columns=["id", "minhash_cluster"])  # no Hive keys: files only
         want, moved = {}, 0  # --keep-by changes which member stands for a cluster, never the clusters
         for _, group in kept.groupby("minhash_cluster"):

@@ -11,7 +11,7 @@ import pytest
 
 from dedup import Params, clusters, contaminated, protected_ngrams
 from dedup.job.pipeline import run
-from tests.conftest import write_shards
+from tests.conftest import ASSIGNMENTS_ONLY, write_shards
 
 
 def _groups(frame: pd.DataFrame) -> list[set[str]]:
@@ -57,7 +57,7 @@ def test_same_assignments_for_any_partitioning_order_and_cluster(client, tmp_pat
                                      (7, 30, "client")):
         src = write_shards(skewed_frame, tmp_path / f"in{shards}-{rows}", shards)
         m = run(str(src), str(tmp_path / f"out{shards}-{rows}"), params=params, drop=False, partition_rows=rows,
-                components=components)
+                components=components, **ASSIGNMENTS_ONLY)
         partitions = {10**6: 1, 200: range(2, 7), 30: range(-(-len(skewed_frame) // 30), 29)}[rows]
         assert m["partitions"] in (partitions if isinstance(partitions, range) else [partitions])
         assert m["approximated_buckets"] > 0 and m["components"] == components
@@ -65,12 +65,12 @@ def test_same_assignments_for_any_partitioning_order_and_cluster(client, tmp_pat
     shuffled = skewed_frame.sample(frac=1.0, random_state=3)
     src = write_shards(shuffled, tmp_path / "in-shuffled", 4)
     run(str(src), str(tmp_path / "out-shuffled"), params=params, drop=False, components="distributed",
-        partition_rows=60)
+        partition_rows=60, **ASSIGNMENTS_ONLY)
     outputs.append(_assignments(tmp_path / "out-shuffled"))
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as lc, \
             Client(lc) as threads_client, threads_client.as_current():
         run(str(tmp_path / "in3-1000000"), str(tmp_path / "out-threads"), params=params, drop=False,
-            components="distributed")
+            components="distributed", **ASSIGNMENTS_ONLY)
     outputs.append(_assignments(tmp_path / "out-threads"))
     assert all(o == outputs[0] for o in outputs)
     assert outputs[0].count(b"\n") == len(skewed_frame) + 1
