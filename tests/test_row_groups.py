@@ -233,3 +233,30 @@ def test_parts_written_plain_join_to_the_same_bytes(tmp_path: Path, with_diction
         joined[piece] = (tmp_path / f"joined-{piece}.parquet").read_bytes()
     assert joined[True] == joined[False]
     assert pq.read_table(tmp_path / "joined-True.parquet").equals(table)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(max_size=30)), min_size=130, max_size=300), st.integers(1, 120),
+       st.integers(1, 400), st.data())
+def test_texts_of_an_earlier_output_are_taken_batch_by_batch(texts: list[str | None], group: int, batch_bytes: int,
+                                                             data) -> None:
+    """An --against run reads the texts of an earlier output's matched rows in batches, from the row
+    groups holding them, stopping after the last: whatever the row groups and batches, the rows asked
+    for (in any order, repeated) are those pyarrow reads whole."""
+    import tempfile
+
+    from dedup.storage import index_lookup
+
+    want = np.array(data.draw(st.lists(st.integers(0, len(texts) - 1), min_size=1, max_size=40)), np.int64)
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/shard.parquet"
+        pq.write_table(pa.table({"id": list(range(len(texts))), "text": pa.array(texts, pa.string())}), path,
+                       row_group_size=group)
+        whole = pq.read_table(path).column("text").to_pylist()
+        before = index_lookup.TEXT_BATCH_BYTES
+        index_lookup.TEXT_BATCH_BYTES = batch_bytes  # a batch of 64 rows or more
+        try:
+            got = index_lookup._file_texts(path, "text", want)
+        finally:
+            index_lookup.TEXT_BATCH_BYTES = before
+    assert got.type == pa.large_string() and got.to_pylist() == [whole[i] for i in want]
