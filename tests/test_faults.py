@@ -20,7 +20,7 @@ import pytest
 from dedup.corpus import generate
 from dedup.job.failures import explain_killed_worker
 from dedup.job.pipeline import run
-from tests.conftest import end_process, fork_local_workers, run_command, start_command, wait_for_line, write_shards
+from tests.conftest import ASSIGNMENTS_ONLY, end_process, fork_local_workers, run_command, start_command, wait_for_line, write_shards
 from tests.warm import WarmChild
 
 
@@ -41,7 +41,7 @@ def undisturbed(bigger_corpus: Path, tmp_path_factory: pytest.TempPathFactory, c
     partitioning and the cluster: the contract)."""
     out = tmp_path_factory.mktemp("undisturbed") / "out"
     with cluster_client.as_current():
-        run(str(bigger_corpus), str(out), drop=False)
+        run(str(bigger_corpus), str(out), drop=False, **ASSIGNMENTS_ONLY)
     return _assignments(out)
 
 
@@ -198,7 +198,7 @@ def test_boilerplate_copies_finish_in_one_cluster_without_pair_blowup(client, tm
     frame = pd.DataFrame({"id": [f"b{i:06d}" for i in range(copies)] + [d.id for d in docs],
                           "text": [page] * copies + [d.text for d in docs]})
     write_shards(frame, tmp_path / "in", 8)
-    m = run(str(tmp_path / "in"), str(tmp_path / "out"), drop=False)
+    m = run(str(tmp_path / "in"), str(tmp_path / "out"), drop=False, **ASSIGNMENTS_ONLY)
     out = pd.read_parquet(tmp_path / "out")
     assert (out.loc[out["id"].str.startswith("b"), "minhash_cluster"] == "b000000").all()
     assert m["approximated_buckets"] == 0 and m["candidate_pairs"] < 1000
@@ -213,7 +213,7 @@ def test_shared_header_and_footer_on_every_document(client, tmp_path: Path) -> N
     docs = generate(150, seed=4)
     frame = pd.DataFrame({"id": [d.id for d in docs], "text": [f"{BANNER_HEAD} {d.text} {BANNER_FOOT}" for d in docs]})
     write_shards(frame, tmp_path / "in", 3)
-    run(str(tmp_path / "in"), str(tmp_path / "out"), drop=False)
+    run(str(tmp_path / "in"), str(tmp_path / "out"), drop=False, **ASSIGNMENTS_ONLY)
     out = pd.read_parquet(tmp_path / "out")
     got = sorted(sorted(g) for g in out.groupby("minhash_cluster")["id"].apply(list) if len(g) > 1)
     assert got == sorted(sorted(g) for g in clusters(dict(zip(frame["id"], frame["text"]))))
