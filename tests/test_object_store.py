@@ -113,11 +113,12 @@ def test_s3_input_output_protected_against_resume_and_a_damaged_release(
     s3 = f"s3://{BUCKET}"
 
     def dedup(inp: str, out: str, *more: str) -> subprocess.CompletedProcess[str]:
-        return run_command([*DEDUP, "run", inp, out, "--scheduler-file", str(isolated_cluster), "--protected",
-                               f"{s3}/evals/eval.jsonl", "--max-contaminated", "1", *more],
-                           timeout=300, env=s3_env, cwd=tmp_path)
+        where = ("--threads", "2") if not out.startswith("s3://") else ("--scheduler-file", str(isolated_cluster))
+        return run_command([*DEDUP, "run", inp, out, *where, "--protected", f"{s3}/evals/eval.jsonl",
+                            "--max-contaminated", "1", *more], timeout=300, env=s3_env, cwd=tmp_path)
 
-    # a first release, and a second one --against it: on S3 and on local disk, the same bytes
+    # a first release, and a second one --against it: on S3 (the cluster) and on local disk (threads in
+    # one process), the same bytes
     for inp, out, more in ((f"{s3}/crawl1", f"{s3}/r1", ()), (str(local["crawl1"]), str(tmp_path / "l1"), ()),
                            (f"{s3}/crawl2", f"{s3}/r2", ("--against", f"{s3}/r1")),
                            (str(local["crawl2"]), str(tmp_path / "l2"), ("--against", str(tmp_path / "l1")))):
