@@ -20,7 +20,15 @@ import pytest
 from dedup.corpus import generate
 from dedup.job.failures import explain_killed_worker
 from dedup.job.pipeline import run
-from tests.conftest import ASSIGNMENTS_ONLY, end_process, fork_local_workers, run_command, start_command, wait_for_line, write_shards
+from tests.conftest import (
+    ASSIGNMENTS_ONLY,
+    end_process,
+    fork_local_workers,
+    run_command,
+    start_command,
+    wait_for_line,
+    write_shards,
+)
 from tests.warm import WarmChild
 
 
