@@ -70,7 +70,8 @@ def _fs(env: dict[str, str]) -> Any:
 @pytest.fixture(scope="module")
 def isolated_cluster(s3_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A scheduler and two one-process workers, each run from a directory of its own that is also its
-    temporary and local (spill, shuffle) directory; the scheduler file."""
+    temporary and local (spill, shuffle) directory, started as docs/operations.md says (`--preload
+    dedup.runtime`: the job's modules and kernels loaded before the first task); the scheduler file."""
     root = tmp_path_factory.mktemp("isolated")
     scheduler, sched_file = start_scheduler(root)
     procs = [scheduler]
@@ -80,7 +81,7 @@ def isolated_cluster(s3_env: dict[str, str], tmp_path_factory: pytest.TempPathFa
             home.mkdir()
             procs.append(subprocess.Popen(
                 [str(DASK_BIN), "worker", "--scheduler-file", str(sched_file), "--nworkers", "1", "--nthreads", "1",
-                 "--no-dashboard", "--host", "127.0.0.1", "--local-directory", str(home)],
+                 "--no-dashboard", "--host", "127.0.0.1", "--local-directory", str(home), "--preload", "dedup.runtime"],
                 cwd=home, env={**s3_env, "TMPDIR": str(home), "PYTHONUNBUFFERED": "1"},
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         yield sched_file
