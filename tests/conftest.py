@@ -51,10 +51,10 @@ FAST_MODULES = frozenset({
 
 
 LONGEST_MODULES = ("test_resume", "test_centred", "test_scale_out", "test_incremental", "test_faults",
-                   "test_pipeline", "test_keep_by", "test_object_store", "test_fidelity", "test_lines", "test_report",
-                   "test_row_groups", "test_cli", "test_stalls", "test_runtime", "test_first_hour", "test_paths",
-                   "test_cluster_size", "test_bad_input", "test_small_promises", "test_clean_failures",
-                   "test_evalfiles", "test_components")
+                   "test_object_store", "test_pipeline", "test_fidelity", "test_row_groups", "test_cli",
+                   "test_report", "test_keep_by", "test_lines", "test_stalls", "test_runtime", "test_first_hour",
+                   "test_paths", "test_small_promises", "test_components", "test_bad_input", "test_cluster_size",
+                   "test_evalfiles", "test_clean_failures")
 """The modules that take longest on 2 cores, longest first: pytest-xdist hands out whole modules
 (`--dist loadfile`) in collection order (`--no-loadscope-reorder`, in pyproject.toml), so these are
 collected first and the short ones fill the end; in alphabetical order a 35-second module started
