@@ -98,3 +98,38 @@ def test_steps_that_never_read_signatures_read_the_features_from_disk_without_th
     pd.testing.assert_frame_equal(lean.compute(scheduler="sync"), whole.drop(columns=[SIG]))
     in_memory = dd.from_pandas(whole, npartitions=2)
     assert without_signatures(in_memory) is in_memory  # a projection there would be a task a partition
+
+
+def test_features_on_disk_keep_their_random_columns_plain_and_read_back_as_written(tmp_path) -> None:
+    """The job's working files (features on disk, each stage's kept results) store signatures and hashes
+    without a dictionary or compression (`io.working_options`): the same frame comes back."""
+    import dask.dataframe as dd
+    import numpy as np
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from dedup.job.checkpoints import read_part, write_part
+    from dedup.job.features import _materialise
+    from dedup.partition.features import SIG, features_meta, sig_payload
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    frame = pd.DataFrame({"_id": np.arange(n, dtype=np.int64) * 7, "doc": np.arange(n, dtype=np.int64),
+                          "tkey": rng.integers(1, 2**63, n, dtype=np.uint64), "tkey2": rng.integers(1, 2**63, n, dtype=np.uint64),
+                          "source": np.full(n, -1, np.int32), "source_gram": np.full(n, -1, np.int64),
+                          "skipped": np.zeros(n, bool),
+                          SIG: sig_payload(rng.integers(0, 2**32, (n, 8), dtype=np.uint64).astype(np.uint32)).array})
+    frame = frame.astype(features_meta(8, np.dtype(np.int64)).dtypes.to_dict())
+    with dask.config.set(scheduler="sync"):
+        on_disk = _materialise(dd.from_pandas(frame, npartitions=2, sort=False), str(tmp_path / "feat"))
+        back = on_disk.compute()
+    pd.testing.assert_frame_equal(back.reset_index(drop=True), frame)
+    write_part(frame, str(tmp_path / "kept.parquet"))
+    pd.testing.assert_frame_equal(read_part(str(tmp_path / "kept.parquet"), like=frame), frame)
+    for path in [*sorted((tmp_path / "feat").glob("*.parquet")), tmp_path / "kept.parquet"]:
+        group = pq.ParquetFile(path).metadata.row_group(0)
+        chunks = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+        for name in (SIG, "tkey", "tkey2"):
+            assert chunks[name].compression == "UNCOMPRESSED", (path.name, name)
+        assert all("DICTIONARY" not in e for c in chunks.values() for e in c.encodings), path.name
+        assert chunks["_id"].compression == "SNAPPY"

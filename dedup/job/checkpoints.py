@@ -279,7 +279,7 @@ def write_part(frame: pd.DataFrame, path: str) -> None:
     from dedup.storage import io
 
     table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
-    io.write_atomic(path, lambda fh: pq.write_table(table, fh))
+    io.write_atomic(path, lambda fh: pq.write_table(table, fh, **io.working_options(table.column_names)))
 
 
 def read_part(path: str, like: pd.DataFrame | None = None, columns: list[str] | None = None) -> pd.DataFrame:

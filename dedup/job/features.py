@@ -80,7 +80,7 @@ def _materialise(feat: dd.DataFrame, features_dir: str) -> dd.DataFrame:
     import fsspec
 
     n = feat.npartitions
-    compute(feat.to_parquet(features_dir, write_index=False, compute=False,
+    compute(feat.to_parquet(features_dir, write_index=False, compute=False, **io.working_options(feat.columns),
                             name_function=lambda i: f"part-{i:06d}.parquet"))
     fs, root = fsspec.core.url_to_fs(features_dir)
     proto = features_dir.split("://", 1)[0] + "://" if "://" in features_dir else ""

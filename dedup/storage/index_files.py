@@ -12,6 +12,7 @@ from numpy.typing import NDArray
 
 from dedup.partition.codec import fixed_binary
 from dedup.storage.index import BANDS, IDS, KEY_PREFIXES, KEY_SPACE, IndexPart, band_file, docs_file, ids_file
+from dedup.storage.io import RANDOM_COLUMNS
 
 if TYPE_CHECKING:
     pass
@@ -27,9 +28,6 @@ DOCS_ROW_GROUP = 2048
 """Rows per row group of a docs file: a later run reads only the groups holding documents it needs."""
 
 
-RANDOM_COLUMNS = frozenset({"key", "tkey", "tkey2", "signature", "h"})
-"""Index columns of hashes: random bits, which neither a dictionary nor compression shrinks; trying
-both only costs time when writing and reading."""
 DICTIONARY_COLUMNS = ("band", "file")
 """Index columns with few distinct values: dictionary-encoded. The rest are compressed with zstd."""
 BAND_ENCODINGS = {"key": "DELTA_BINARY_PACKED", "doc": "BYTE_STREAM_SPLIT"}
