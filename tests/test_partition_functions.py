@@ -221,3 +221,47 @@ def test_exact_confirm_carries_each_left_document_once_to_each_partition_that_sc
         for row in scored.itertuples():
             i, j = keyspace.key_row(np.int64(row.left)), keyspace.key_row(np.int64(row.right))
             assert row.jaccard == np.float32(_exact_jaccard(lefts[i], rights[n - 1][j], params.shingle_size))
+
+
+@given(st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=10), min_size=2, max_size=8),
+       st.sampled_from(["estimate", "exact"]), st.data())
+def test_survivor_pairs_that_confirm_scored_take_the_similarities_a_new_scoring_gives(
+        docs: list[list[str]], mode: str, data: st.DataObject) -> None:
+    """A survivor pair (left = survivor, right = member, either side the larger key) that confirm
+    scored as a candidate or same-text edge takes confirm's similarities (`scored_already`): the same
+    as scoring the pair again in its own orientation; the others are left to score (`not_scored`)."""
+    from dedup.partition.survivors import not_scored, scored_already, with_larger_key
+
+    params = Params(confirm=mode, threshold=0.5, shingle_size=2, num_perm=64, num_bands=16, rows_per_band=4)
+    texts = [" ".join(d) for d in docs]
+    part = pd.DataFrame({"id": [f"d{i}" for i in range(len(texts))], "text": pd.Series(texts, dtype=TEXT_DTYPE)})
+    feat = document_features(part, "id", "text", params, None, partition_info={"number": 0})
+    key = feat["doc"].to_numpy(np.int64)
+    unordered = [(i, j) for i in range(len(texts)) for j in range(i + 1, len(texts))]
+    candidates = data.draw(st.sets(st.sampled_from(unordered)))
+    survivor = data.draw(st.lists(st.sampled_from(unordered), unique=True, min_size=1))
+    flips = data.draw(st.lists(st.booleans(), min_size=len(survivor), max_size=len(survivor)))
+
+    def scored_as_given(pairs: list[tuple[int, int]], same: list[bool]) -> pd.DataFrame:
+        routes = pd.DataFrame({"left": key[[i for i, _ in pairs]], "right": key[[j for _, j in pairs]],
+                               "same": np.asarray(same, bool)})
+        return score_at_right(pairs_with_left(routes, feat, part, "text", params), feat, part, "text", params)
+
+    edges = sorted(candidates)
+    confirmed = scored_as_given(edges, [texts[i] == texts[j] for i, j in edges])
+    pairs = [(j, i) if flip else (i, j) for (i, j), flip in zip(survivor, flips)]
+    routed = pd.DataFrame({"left": key[[i for i, _ in pairs]], "right": key[[j for _, j in pairs]],
+                           "same": np.zeros(len(pairs), bool)})
+    at_larger = with_larger_key(routed)
+    found, rest = scored_already(at_larger, confirmed), not_scored(at_larger, confirmed)
+    taken = {(key[i], key[j]) for (i, j), unordered_pair in zip(pairs, survivor) if unordered_pair in candidates}
+    assert {(int(a), int(b)) for a, b in zip(found["left"], found["right"])} == taken
+    assert {(int(a), int(b)) for a, b in zip(rest["left"], rest["right"])} == \
+        {(int(key[i]), int(key[j])) for i, j in pairs} - taken
+    assert list(rest.columns) == ["left", "right", "same"] and not rest["same"].any()
+    again = scored_as_given(pairs, [False] * len(pairs)).set_index(["left", "right"])
+    for row in found.itertuples():
+        want = again.loc[(row.left, row.right)]
+        assert not row.same
+        assert row.estimate == want["estimate"] and row.confirmed == want["confirmed"]
+        assert row.jaccard == want["jaccard"] or (np.isnan(row.jaccard) and np.isnan(want["jaccard"]))
