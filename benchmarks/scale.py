@@ -156,7 +156,10 @@ class Cluster:
                  "--memory-limit", memory_limit, "--no-dashboard", "--host", "127.0.0.1", "--name", f"w{i}",
                  "--local-directory", str(work / f"w{i}"), "--preload", "dedup.runtime"],
                 env=self.env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(5)
+        from distributed import Client
+
+        with Client(scheduler_file=str(self.sched_file), timeout=30) as client:  # the run starts on a whole cluster
+            client.wait_for_workers(2, timeout=300)
 
     def close(self) -> None:
         """Stop the processes and every process they started (a nanny's worker): one left running could

@@ -20,9 +20,56 @@ def test_the_workers_memory_is_the_sum_of_their_limits() -> None:
         rows = int(0.25 * 6 * 2**30) // (4 * 128 + memory.FEATURE_OVERHEAD_BYTES)
         assert memory.features_on_disk(None, rows - 10, 128) is False
         assert memory.features_on_disk(None, rows + 10, 128) is True
+    with LocalCluster(n_workers=7, threads_per_worker=1, processes=False, memory_limit="1GiB",
+                      dashboard_address=":0") as lc, Client(lc) as client:
+        client.wait_for_workers(7)
+        assert memory.workers_memory() == 7 * 2**30  # every worker
     with LocalCluster(n_workers=1, processes=False, memory_limit=0, dashboard_address=":0") as lc, Client(lc):
         assert memory.workers_memory() is None  # no limit: nothing to weigh them against, kept in memory
         assert memory.features_on_disk(None, 10**12, 128) is False
+
+
+def test_the_choice_waits_for_a_clusters_first_worker() -> None:
+    """A run connected to a scheduler whose workers are still starting (`--scheduler-file`, workers
+    started beside it) waits for one before weighing the features against their memory: without a
+    worker it would keep any corpus in memory. The worker here is a `dask worker` process started
+    once the run says it is waiting."""
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    from distributed import Client, LocalCluster
+
+    lines = _Lines()
+    log = logging.getLogger("dedup")
+    level = log.level
+    log.addHandler(lines)
+    log.setLevel(logging.INFO)
+    started: list[subprocess.Popen] = []
+
+    def start_a_worker(address: str) -> None:
+        deadline = time.monotonic() + 60
+        while not any("no worker yet" in line for line in lines.lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        started.append(subprocess.Popen(
+            [str(Path(sys.executable).parent / "dask"), "worker", address, "--nthreads", "1", "--memory-limit", "300MiB",
+             "--no-dashboard", "--no-nanny"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    try:
+        with LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address=":0") as lc, Client(lc):
+            starter = threading.Thread(target=start_a_worker, args=(lc.scheduler_address,))
+            starter.start()
+            assert memory.workers_memory() == 300 * 2**20
+            starter.join()
+            assert any("no worker yet" in line for line in lines.lines)
+    finally:
+        log.removeHandler(lines)
+        log.setLevel(level)
+        for proc in started:  # a worker whose scheduler has gone retries: killed, not asked
+            proc.kill()
+            proc.wait(30)
 
 
 class _Lines(logging.Handler):

@@ -28,15 +28,30 @@ def feature_bytes(rows: int, num_perm: int) -> int:
     return rows * (4 * num_perm + FEATURE_OVERHEAD_BYTES)
 
 
+WORKER_WAIT_SECONDS = 60.0
+"""How long the choice waits for a cluster's first worker, when it has none yet (workers started
+beside the run, still importing): a choice made on no workers would keep any corpus in memory."""
+
+
 def workers_memory() -> int | None:
-    """The memory the features' holders may use: the sum of the workers' memory limits on a
-    cluster, the machine's memory for the threaded scheduler; None when a worker has no limit."""
+    """The memory the features' holders may use: the sum of every worker's memory limit on a
+    cluster (waiting for its first worker when it has none yet), the machine's memory for the
+    threaded scheduler; None when a worker has no limit, or no worker came."""
     client = active_client()
     if client is None:
         import psutil
 
         return int(psutil.virtual_memory().total)
-    limits = [int(w.get("memory_limit") or 0) for w in client.scheduler_info()["workers"].values()]
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers:
+        log.info("the cluster has no worker yet: waiting up to %.0f s for one, whose memory decides where the "
+                 "features go", WORKER_WAIT_SECONDS)
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
+        except TimeoutError:
+            return None
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+    limits = [int(w.get("memory_limit") or 0) for w in workers.values()]
     if not limits or not all(limits):
         return None
     return sum(limits)
