@@ -19,37 +19,29 @@ from functools import partial
 
 import dask.dataframe as dd
 import numpy as np
-import pandas as pd
 
-from dedup.config import CLIENT_COMPONENT_EDGES, Params
+from dedup.config import CLIENT_COMPONENT_EDGES
 from dedup.job.components import components_on_client, components_on_cluster
 from dedup.job.confirm import SIMILARITY_BINS, score_pairs
 from dedup.job.graphs import persist, persist_counting
 from dedup.job.manifest import chained_warning
 from dedup.job.routing import ID_ROW_BYTES, ROWS_META, label_part, route, route_by, row_count
 from dedup.job.stage import Job, Step
-from dedup.partition import keyspace
-from dedup.partition.confirm import ROUTED_META, SCORED_META
+from dedup.partition.confirm import ROUTED_META
 from dedup.partition.features import KEEP, ROOT_DOC
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD, component_rows_meta, with_ids
-from dedup.partition.rows import concat_rows
 from dedup.partition.survivors import (
-    AT_LARGER_META,
     CHOSEN_META,
     DOCS_META,
-    LARGER,
     PLACED_META,
     below_threshold,
     edges_among,
     failed_members,
     histogram_of,
-    not_scored,
     placed_members,
-    scored_already,
     survivor_pairs,
     survivor_rows,
     survivors_of,
-    with_larger_key,
 )
 
 log = logging.getLogger("dedup")
@@ -99,8 +91,8 @@ def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
         by_label = route_by(labelled, partial(label_part, npartitions=k), k, members, ID_ROW_BYTES)
         chosen = by_label.map_partitions(survivors_of, first_indexed, keep, meta=CHOSEN_META)
         pairs = chosen.map_partitions(survivor_pairs, meta=ROUTED_META)
-        scored = _scored(pairs, job.scored, feat, texts, text_column=s.text_column, params=params,
-                         placement=placement, rows=members)
+        scored = score_pairs(pairs, feat, texts, text_column=s.text_column, params=params, placement=placement,
+                             rows=members)
         rows = dd.concat([chosen.map_partitions(survivor_rows, meta=PLACED_META),
                           scored.map_partitions(placed_members, centred, first_indexed, meta=PLACED_META)])
         if not centred:  # the only round's rows are the stage's result, kept as they are computed
@@ -139,26 +131,6 @@ def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
             placed = False
     final = settled[0] if len(settled) == 1 else persist(job.kept.through(Survivors.name, "labels", dd.concat(settled)))
     return final, SurvivorCounts(rounds=rounds, scored=scored_first, below=below, histogram=[int(x) for x in hist])
-
-
-def _scored(pairs: dd.DataFrame, confirmed: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *,
-            text_column: str, params: Params, placement: keyspace.Placement, rows: int | None) -> dd.DataFrame:
-    """Survivor pairs (left = survivor, right = member) scored, at their member's partition. A pair that
-    confirm scored as a candidate or same-text edge (`confirmed`, the confirm stage's scored pairs, at
-    their larger key's partition) takes its similarities from there: a short row travels there and
-    back instead of a signature across two hops, and in most clusters the member was a candidate of
-    its survivor. The rest are scored by confirm's two hops (`score_pairs`)."""
-    n = feat.npartitions
-    at_larger = route(pairs.map_partitions(with_larger_key, meta=AT_LARGER_META), LARGER, n, placement, rows, 32)
-    found = dd.map_partitions(scored_already, at_larger, confirmed, meta=SCORED_META, align_dataframes=False)
-    rest = dd.map_partitions(not_scored, at_larger, confirmed, meta=ROUTED_META, align_dataframes=False)
-    fresh = score_pairs(rest, feat, texts, text_column=text_column, params=params, placement=placement, rows=rows)
-    return dd.map_partitions(_both, route(found, "right", n, placement, rows, 40), fresh, meta=SCORED_META,
-                             align_dataframes=False)
-
-
-def _both(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    return concat_rows([a, b])
 
 
 class Survivors(Step):

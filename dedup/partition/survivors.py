@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dedup.partition.confirm import ROUTED_META, SCORED_META
+from dedup.partition.confirm import ROUTED_META
 from dedup.partition.features import ROOT_DOC
 from dedup.partition.keyspace import NO_INDEX
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD, survival_ranks
@@ -54,48 +54,6 @@ def survivor_pairs(chosen: pd.DataFrame) -> pd.DataFrame:
         return ROUTED_META.copy()
     return pd.DataFrame({"left": other["survivor"].to_numpy(np.int64), "right": other["doc"].to_numpy(np.int64),
                          "same": np.zeros(len(other), bool)})
-
-
-LARGER = "larger"
-"""In survivor pairs on their way to confirm's scored pairs: the larger of the pair's two keys, at
-whose partition confirm left the pair (left < right) if it scored it."""
-
-AT_LARGER_META = ROUTED_META.assign(**{LARGER: pd.Series(dtype=np.int64)})
-
-
-def with_larger_key(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Survivor pairs with `LARGER`, the partition key confirm's scored pair (min, max) lives at."""
-    return pairs.assign(**{LARGER: np.maximum(pairs["left"].to_numpy(np.int64), pairs["right"].to_numpy(np.int64))})
-
-
-def _in_scored(pairs: pd.DataFrame, scored: pd.DataFrame) -> np.ndarray:
-    """For each survivor pair, the position of the same two documents among confirm's scored pairs
-    of this partition (-1 where confirm never scored them)."""
-    left, right = pairs["left"].to_numpy(np.int64), pairs["right"].to_numpy(np.int64)
-    if not len(pairs) or not len(scored):
-        return np.full(len(pairs), -1, np.int64)
-    index = pd.MultiIndex.from_arrays([scored["left"].to_numpy(np.int64), scored["right"].to_numpy(np.int64)])
-    return np.asarray(index.get_indexer(pd.MultiIndex.from_arrays([np.minimum(left, right), np.maximum(left, right)])),
-                      np.int64)
-
-
-def scored_already(pairs: pd.DataFrame, scored: pd.DataFrame) -> pd.DataFrame:
-    """The survivor pairs (at their `LARGER` key's partition) that confirm scored already, as scored rows
-    (`SCORED_META`, left = survivor, right = member): a candidate or same-text pair's similarities are
-    those of the two documents whichever side each is on (estimate and Jaccard are symmetric, and two
-    documents of the same words score 1 either way), so they are taken, not scored again."""
-    at = _in_scored(pairs, scored)
-    found = at >= 0
-    hit = scored.iloc[at[found]]
-    return pd.DataFrame({"left": pairs["left"].to_numpy(np.int64)[found], "right": pairs["right"].to_numpy(np.int64)[found],
-                         "same": np.zeros(int(found.sum()), bool), "estimate": hit["estimate"].to_numpy(np.float32),
-                         "jaccard": hit["jaccard"].to_numpy(np.float32), "confirmed": hit["confirmed"].to_numpy(bool)},
-                        columns=list(SCORED_META.columns))
-
-
-def not_scored(pairs: pd.DataFrame, scored: pd.DataFrame) -> pd.DataFrame:
-    """The survivor pairs (at their `LARGER` key's partition) that confirm never scored: to be scored."""
-    return pairs.loc[_in_scored(pairs, scored) < 0, list(ROUTED_META.columns)].reset_index(drop=True)
 
 
 def survivor_rows(chosen: pd.DataFrame) -> pd.DataFrame:
