@@ -14,15 +14,16 @@ from dedup.storage.shards import open_input
 
 RANDOM_COLUMNS = frozenset({"sig", "signature", "key", "tkey", "tkey2", "h"})
 """Columns of random bits in dedup's own files (the features' `SIG`, the index's signatures, band keys,
-text hashes): neither a
-dictionary nor compression shrinks them, and trying both only costs time writing and reading."""
+text hashes): neither a dictionary nor compression shrinks them, and trying both only costs time
+writing and reading."""
 
 
 def working_options(columns: Iterable[str]) -> dict[str, Any]:
     """`pq.write_table` options for a working file, one the job writes and reads back itself (features
     on disk, each stage's kept results): no dictionary, whose values are mostly distinct, and no
-    compression of random columns. A partition of 65,536 features reads back in a tenth of the time
-    (a pyarrow dictionary that overflows into plain pages, then snappy, dominate the read)."""
+    compression of random columns. In one process a partition of 65,536 features reads back in a
+    tenth of the time (docs/performance.md): a dictionary that overflows into plain pages, then
+    snappy, dominated the read."""
     return {"use_dictionary": False, "compression": {c: "none" if c in RANDOM_COLUMNS else "snappy" for c in columns}}
 
 
