@@ -13,6 +13,7 @@ import pandas as pd
 from dedup.config import CLIENT_COMPONENT_EDGES, Params
 from dedup.core.lsh import probability
 from dedup.job.checkpoints import Through, as_is
+from dedup.job.features import read_for, without_signatures
 from dedup.job.graphs import persist, persist_counting, persisted_bytes
 from dedup.job.page_data import NEAR_PAIRS
 from dedup.job.routing import ROWS_META, route, row_count
@@ -73,7 +74,7 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     routes = edges.map_partitions(confirm_routes, meta=ROUTED_META)
     scored = through("scored", score_pairs(routes, feat, texts, text_column=text_column, params=params,
                                            placement=placement, rows=edge_rows))
-    graph = through("graph", dd.map_partitions(graph_pairs, scored, feat, n_new, meta=GRAPH_META,
+    graph = through("graph", dd.map_partitions(graph_pairs, scored, without_signatures(feat), n_new, meta=GRAPH_META,
                                                align_dataframes=False))
     column = "jaccard" if params.confirm == "exact" else "estimate"
     lazy = [scored.map_partitions(_tally, column, meta={"candidates": "int64", "confirmed": "int64",
@@ -84,7 +85,7 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
                                           meta=NEAR_META))
     wanted = what_if is not None and edge_rows is not None and edge_rows <= CLIENT_COMPONENT_EDGES
     if wanted:
-        lazy.append(dd.map_partitions(what_if_edges, scored, feat, n_new, column, what_if, meta=WHAT_IF_META,
+        lazy.append(dd.map_partitions(what_if_edges, scored, without_signatures(feat), n_new, column, what_if, meta=WHAT_IF_META,
                                       align_dataframes=False))
     (scored, graph), (c, s, *rest) = persist_counting([scored, graph], lazy)  # one round trip
     near, weighed = (rest[:1] if near_pairs else []), (rest[-1] if wanted else None)
@@ -112,7 +113,8 @@ def score_pairs(routes: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *
     few take `route_small`."""
     n = feat.npartitions
     src = None if params.confirm == "estimate" else texts
-    at_left = dd.map_partitions(pairs_with_left, route(routes, "left", n, placement, rows, 24), feat, src,
+    # each hop reads the features from disk for itself (`read_for`): none is held across the route
+    at_left = dd.map_partitions(pairs_with_left, route(routes, "left", n, placement, rows, 24), read_for(feat, "left"), src,
                                 text_column, params, placement, meta=left_payload_meta(params),
                                 align_dataframes=False)
     payload_bytes = None
@@ -123,7 +125,7 @@ def score_pairs(routes: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *
     payload_rows = rows if params.confirm == "estimate" else None
     return dd.map_partitions(score_at_right, route(at_left, "right", n, placement, payload_rows, 4 * params.num_perm + 24,
                                                    nbytes=payload_bytes),
-                             feat, src, text_column, params, meta=SCORED_META, align_dataframes=False)
+                             read_for(feat, "right"), src, text_column, params, meta=SCORED_META, align_dataframes=False)
 
 
 def _tally(d: pd.DataFrame, column: str) -> pd.DataFrame:

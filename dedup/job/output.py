@@ -65,7 +65,8 @@ def write_outputs(plan: Plan) -> report_page.Extras:
         shown = page_data.page_documents(decided) if plan.write_report else None
         # the shards, the removed list and the page's texts: one round trip; each task takes the
         # persisted features whole and reads the columns it needs (a projection of them would be a
-        # task of its own a partition)
+        # task of its own a partition). Features on disk: the removed list reads them without their
+        # signatures, by reads of its own, so that the shards' reads are released as they are used
         lazy: dict[str, dd.DataFrame] = {}
         split = write.split_files(groups)
         offsets = None
@@ -86,7 +87,8 @@ def write_outputs(plan: Plan) -> report_page.Extras:
         if plan.write_report:
             prot = shared(plan.protected) if plan.protected is not None else None
             lazy["removed"] = dd.map_partitions(
-                resumable, write.write_removed, kept.directory(WRITE, "removed"), decided.feat, decided.roots,
+                resumable, write.write_removed, kept.directory(WRITE, "removed"), without_signatures(decided.feat),
+                decided.roots,
                 decided.matches, inputs, plan.id_column, prot, staging.url, meta={"rows": "int64"},
                 align_dataframes=False)
         with Stage(report, "report" if plan.dry_run else "write") as stage:

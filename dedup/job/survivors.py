@@ -23,6 +23,7 @@ import numpy as np
 from dedup.config import CLIENT_COMPONENT_EDGES
 from dedup.job.components import components_on_client, components_on_cluster
 from dedup.job.confirm import SIMILARITY_BINS, score_pairs
+from dedup.job.features import without_signatures
 from dedup.job.graphs import persist, persist_counting
 from dedup.job.manifest import chained_warning
 from dedup.job.routing import ID_ROW_BYTES, ROWS_META, label_part, route, route_by, row_count
@@ -85,7 +86,7 @@ def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
             raise RuntimeError(f"Centred clusters did not settle in {MAX_ROUNDS} rounds; please report this as a bug.")
         members = 2 * graph_rows if graph_rows is not None else None
         at_docs = labels if placed else route(labels, "doc", n, placement, members, 16)
-        labelled = dd.map_partitions(with_ids, at_docs, feat, align_dataframes=False,
+        labelled = dd.map_partitions(with_ids, at_docs, without_signatures(feat), align_dataframes=False,
                                      meta=component_rows_meta(feat._meta["_id"], False, keep_meta,
                                                               root_doc=ROOT_DOC in feat.columns))
         by_label = route_by(labelled, partial(label_part, npartitions=k), k, members, ID_ROW_BYTES)
