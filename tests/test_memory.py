@@ -147,6 +147,82 @@ def test_steps_that_never_read_signatures_read_the_features_from_disk_without_th
     assert without_signatures(in_memory) is in_memory  # a projection there would be a task a partition
 
 
+def _features_on_disk(tmp_path, parts: int = 2, n: int = 5):
+    """Features of `parts` partitions of `n` documents written as `_materialise` writes them, and
+    read back by `read_part`: (the frame read from disk, the same frame in memory)."""
+    from functools import partial
+
+    import dask.dataframe as dd
+    import numpy as np
+    import pandas as pd
+
+    from dedup.job.checkpoints import read_part
+    from dedup.partition.features import SIG, features_meta, sig_payload
+    from dedup.partition.keyspace import doc_keys
+
+    meta = features_meta(4, np.dtype(object))
+    paths = []
+    rng = np.random.default_rng(0)
+    for p in range(parts):
+        pd.DataFrame({"_id": [f"d{p}-{i}" for i in range(n)], "doc": doc_keys(p, n),
+                      "tkey": np.arange(n, dtype=np.uint64), "tkey2": np.arange(n, dtype=np.uint64),
+                      "source": np.full(n, -1, np.int32), "source_gram": np.full(n, -1, np.int64),
+                      "skipped": np.zeros(n, bool),
+                      SIG: sig_payload(rng.integers(0, 4, (n, 4)).astype(np.uint32)).array,
+                      }).to_parquet(tmp_path / f"part-{p}.parquet", index=False)
+        paths.append(str(tmp_path / f"part-{p}.parquet"))
+    on_disk = dd.from_map(partial(read_part, like=meta), paths, meta=meta, enforce_metadata=False)
+    return on_disk, dd.from_pandas(on_disk.compute(scheduler="sync"), npartitions=parts, sort=False)
+
+
+def _reads(*frames) -> dict[str, tuple[list[str], int]]:
+    """Every task of `frames`' one graph that reads features from disk: its columns and how many
+    tasks take its result. A read that two steps take is held until both have run."""
+    import dask
+    from dask.core import get_dependencies
+
+    graph = dict(dask.base.collections_to_expr(list(frames)).optimize().__dask_graph__())
+    users: dict = {}
+    for key in graph:
+        for dep in get_dependencies(graph, key):
+            users[dep] = users.get(dep, 0) + 1
+    return {k: users.get(k, 0) for k in graph if str(k[0] if isinstance(k, tuple) else k).startswith("read_part")}
+
+
+def test_each_step_reading_the_features_from_disk_reads_them_for_itself(tmp_path) -> None:
+    """The two hops of a pair's scoring (its left document's partition, then its right one's) read the
+    features by reads of their own, and a step without signatures never shares a read with one that
+    takes them: a read two steps share stays in worker memory from the first to the second, every
+    partition of it (at 10,000,000 documents more than two 2 GiB workers hold). The scores are those
+    of the features held in memory."""
+    import dask.dataframe as dd
+    import numpy as np
+    import pandas as pd
+
+    from dedup.config import Params
+    from dedup.job.confirm import score_pairs
+    from dedup.job.features import without_signatures
+    from dedup.partition.confirm import ROUTED_META
+    from dedup.partition.keyspace import doc_keys
+
+    on_disk, in_memory = _features_on_disk(tmp_path)
+    left, right = np.repeat(doc_keys(0, 5), 2), np.tile(doc_keys(1, 2), 5)
+    routes = dd.from_pandas(pd.DataFrame({"left": left, "right": right, "same": np.zeros(10, bool)}).astype(
+        ROUTED_META.dtypes.to_dict()), npartitions=2)
+    params = Params(num_perm=4, num_bands=2, rows_per_band=2)
+    scored = score_pairs(routes, on_disk, None, text_column="text", params=params, rows=10)
+    reads = _reads(scored)
+    assert len(reads) == 4 and set(reads.values()) == {1}, reads  # 2 partitions x 2 hops, each read by one task
+    expected = score_pairs(routes, in_memory, None, text_column="text", params=params, rows=10)
+    by = ["left", "right"]
+    pd.testing.assert_frame_equal(scored.compute().sort_values(by).reset_index(drop=True),
+                                  expected.compute().sort_values(by).reset_index(drop=True))
+
+    whole = on_disk.map_partitions(len, meta=(None, "int64"))
+    lean = without_signatures(on_disk).map_partitions(len, meta=(None, "int64"))
+    assert set(_reads(whole, lean).values()) == {1}
+
+
 def test_features_on_disk_keep_their_random_columns_plain_and_read_back_as_written(tmp_path) -> None:
     """The job's working files (features on disk, each stage's kept results) store signatures and hashes
     without a dictionary or compression (`io.working_options`): the same frame comes back."""
