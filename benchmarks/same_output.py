@@ -3,7 +3,8 @@ build), and compare every file each OUTPUT holds, byte for byte.
 
     python benchmarks/same_output.py --baseline /path/to/a/checkout --docs 200000
 
-The jobs: the demo corpus with its protected file; the contract §7 corpus (`--docs`, 16 shards);
+The jobs: the demo corpus with its protected file; the contract §7 corpus (`--docs`, 16 shards),
+once more with its features on disk (`--features-on-disk`, the path of corpora beyond memory);
 a corpus of typed and nested columns (timestamps, lists, structs, maps, decimals, nulls) in Hive
 directories; and a second crawl run `--against` the §7 output. Every Parquet file (the shards,
 `_report/removed.parquet`, `_index/`) must be identical; of the JSON files, the fields that name
@@ -74,6 +75,7 @@ def _jobs(work: Path, docs: int) -> list[tuple[str, list[str]]]:
     _typed(work / "typed")
     return [("demo", ["run", str(work / "demo"), "--protected", str(work / "protected.jsonl")]),
             ("corpus", ["run", str(work / "first"), "--keep-duplicates"]),
+            ("corpus on disk", ["run", str(work / "first"), "--features-on-disk"]),
             ("typed", ["near", str(work / "typed"), "--keep-duplicates", "--confirm", "exact"]),
             ("against", ["run", str(work / "second"), "--against", "{corpus}"])]
 
