@@ -1,4 +1,4 @@
-"""Same input, same output: run four jobs with this checkout and with another one (a baseline
+"""Same input, same output: run five jobs with this checkout and with another one (a baseline
 build), and compare every file each OUTPUT holds, byte for byte.
 
     python benchmarks/same_output.py --baseline /path/to/a/checkout --docs 200000
