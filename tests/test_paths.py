@@ -149,13 +149,10 @@ def test_object_store_output_commits_manifest_last(tmp_path: Path) -> None:
     fs.rm("/bucket", recursive=True)
 
 
-def test_object_store_commit_failing_midway_leaves_no_manifest_and_can_be_rerun(tmp_path: Path) -> None:
-    """A copy that fails mid-commit (as a flaky object store would): OUTPUT has no manifest, the error says so."""
-    import dask
+def _flaky_memory() -> type:
+    """fsspec's memory file system as `flakymem://`, whose `fail_on`-th copy fails (as a flaky object store's would)."""
     import fsspec
     from fsspec.implementations.memory import MemoryFileSystem
-
-    from dedup.job.pipeline import run
 
     class FlakyMemory(MemoryFileSystem):
         protocol = "flakymem"
@@ -173,6 +170,17 @@ def test_object_store_commit_failing_midway_leaves_no_manifest_and_can_be_rerun(
             super().cp_file(path1, path2, **kwargs)
 
     fsspec.register_implementation("flakymem", FlakyMemory, clobber=True)
+    return FlakyMemory
+
+
+def test_object_store_commit_failing_midway_leaves_no_manifest_and_can_be_rerun(tmp_path: Path) -> None:
+    """A copy that fails mid-commit (as a flaky object store would): OUTPUT has no manifest, the error says so."""
+    import dask
+    import fsspec
+
+    from dedup.job.pipeline import run
+
+    FlakyMemory = _flaky_memory()
     src = write_shards(pd.DataFrame({"id": [f"d{i}" for i in range(6)], "text": [f"{TEXT} {i}" for i in range(6)]}),
                        tmp_path / "in", 6)
     fs = fsspec.filesystem("flakymem")
@@ -187,3 +195,70 @@ def test_object_store_commit_failing_midway_leaves_no_manifest_and_can_be_rerun(
     assert m["output_rows"] == 6 and fs.exists("/b/out/_dedup.json") and not fs.exists("/b/out/_dedup.incomplete")
     assert not [p for p in fs.ls("/b", detail=False) if ".dedup-" in p]
     fs.rm("/b", recursive=True)
+
+
+def test_a_publish_cut_short_is_finished_by_the_same_command_without_computing_again(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A first release's publish to an object store stops midway (OUTPUT empty before it, so no --overwrite):
+    the same call publishes the output the run left, computing nothing, and the bytes are a fresh run's."""
+    import dask
+    import fsspec
+
+    from dedup.job.pipeline import run
+
+    flaky = _flaky_memory()
+    texts = [f"{TEXT} {i}" for i in range(5)] + [TEXT + " 0", "other words entirely"]
+    src = write_shards(pd.DataFrame({"id": [f"d{i}" for i in range(7)], "text": texts}), tmp_path / "in", 3)
+    fs = fsspec.filesystem("flakymem")
+    with dask.config.set({"scheduler": "sync", "dataframe.shuffle.method": "tasks"}):
+        flaky.calls, flaky.fail_on = 0, 3
+        with pytest.raises(RuntimeError, match="incomplete"):
+            run(str(src), "flakymem://c/out")
+        assert fs.exists("/c/out/_dedup.incomplete") and not fs.exists("/c/out/_dedup.json")
+        flaky.fail_on = None
+        caplog.clear()
+        with caplog.at_level("INFO", logger="dedup"):
+            m = run(str(src), "flakymem://c/out")
+        said = caplog.text
+        fresh = run(str(src), "flakymem://c/fresh")
+    assert "publishing its output, nothing computed again" in said
+    assert "buckets:" not in said and "features:" not in said  # no stage ran
+    assert m["output_rows"] == fresh["output_rows"] == 2  # the near copies of TEXT are one cluster
+    assert not fs.exists("/c/out/_dedup.incomplete") and fs.exists("/c/out/_dedup.json")
+    files = {p.removeprefix("/c/out/") for p in fs.find("/c/out")}
+    assert files == {p.removeprefix("/c/fresh/") for p in fs.find("/c/fresh")} and "_resume.json" not in files
+    for name in files:
+        if name.endswith(".parquet"):
+            assert fs.cat_file(f"/c/out/{name}") == fs.cat_file(f"/c/fresh/{name}"), name
+    assert not [p for p in fs.ls("/c", detail=False) if ".dedup-" in p]
+    fs.rm("/c", recursive=True)
+
+
+def test_a_run_refused_by_an_object_store_lock_leaves_that_lock(scratch: Path) -> None:
+    """`local://` takes the object-store lock (a file naming its holder): a second run is refused and must
+    not remove the first one's lock, so a third is refused too (two publishes would overwrite each other)."""
+    out = f"local://{scratch}/published"
+    holder = Staging(out)  # a live run: its lock and its staging directory
+    lock = Path(holder.lock_path)
+    held = lock.read_bytes()
+    try:
+        for _ in range(2):
+            res = _dedup(scratch, "run", "data", out, "--threads", "1")
+            assert res.returncode == 2 and "Another dedup run is writing OUTPUT" in res.stderr, res.stderr
+            assert lock.read_bytes() == held  # the holder's lock, untouched
+        assert Path(holder.tmp).is_dir()
+    finally:
+        holder.discard()
+        holder.close()
+    assert not lock.exists()  # its owner removes it
+
+
+def test_a_lock_left_by_a_dead_run_is_taken_over_naming_its_holder(scratch: Path) -> None:
+    lock = scratch / ".published.dedup-lock"
+    pid = subprocess.Popen(["true"])  # a process id that has ended
+    pid.wait()
+    lock.write_text(json.dumps({"host": os.uname().nodename, "pid": pid.pid, "time": 31579200.0, "token": "theirs"}))
+    res = _dedup(scratch, "run", "data", f"local://{scratch}/published", "--threads", "1")
+    assert res.returncode == 0, res.stderr
+    assert f"no longer alive (pid {pid.pid} on {os.uname().nodename}, locked since 1971-01-01" in res.stderr
+    assert not lock.exists()

@@ -10,6 +10,7 @@ same stages on a Dask DataFrame of your own and return it lazily.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -34,7 +35,7 @@ from dedup.storage import io
 from dedup.storage import shards as shards_mod
 from dedup.storage.protected import PathLike, read_protected
 from dedup.storage.safety import MANIFEST, UsageError
-from dedup.storage.staging import RESUME, deferred_interrupts
+from dedup.storage.staging import deferred_interrupts
 
 log = logging.getLogger("dedup")
 
@@ -91,12 +92,13 @@ def execute(plan: Plan) -> dict[str, Any]:
     Reads as its steps: the stages and the write (`_write`), the accounting check, the manifest and
     the page, the commit. A failure or interrupt at any step leaves OUTPUT as it was."""
     try:
+        if plan.staging.complete:
+            return _publish_left(plan)
         extras = write_outputs(plan) if plan.shards else report_page.Extras()
         if not plan.shards:
             warn(plan.report, f"input {plan.input} holds no files: writing an empty output")
         plan.staging.keep = False  # from here a failure leaves nothing to resume from
-        for name in (STAGES_DIR, RESUME):  # what a resumed run would need: never part of OUTPUT
-            plan.staging.remove(name)
+        plan.staging.remove(STAGES_DIR)  # what a resumed run would need: never part of OUTPUT (nor is RESUME)
         output_rows = _accounted_rows(plan)
         plan.report.output_bytes = plan.staging.data_bytes() if plan.shards else 0
         plan.report.seconds["total"] = round(time.perf_counter() - plan.start, 3)
@@ -115,6 +117,19 @@ def execute(plan: Plan) -> dict[str, Any]:
         raise
     finally:
         plan.close()
+    return manifest
+
+
+def _publish_left(plan: Plan) -> dict[str, Any]:
+    """Publish the complete output an interrupted run with this fingerprint left in its staging directory
+    (a client killed while an object store's commit copied it): nothing is computed again."""
+    with plan.staging.fs.open(f"{plan.staging.tmp}/{MANIFEST}", "r") as fh:
+        manifest: dict[str, Any] = json.load(fh)
+    log.info("the run of %s finished and was publishing to %s when it stopped: publishing its output, nothing "
+             "computed again", plan.staging.resumed_from, plan.output)
+    plan.report.input_rows = manifest["input_rows"]
+    plan.report.seconds["total"] = round(time.perf_counter() - plan.start, 3)
+    _commit(plan, manifest["output_rows"])
     return manifest
 
 

@@ -155,11 +155,12 @@ def _check_existing(fs: fsspec.AbstractFileSystem, root: str, output: str, overw
     entries = fs.ls(root, detail=False)
     if not entries:
         return
-    if not overwrite:
+    incomplete = fs.exists(f"{root}/{INCOMPLETE}")  # a dedup publish cut short: nothing in it is worth keeping
+    if not overwrite and not incomplete:
         raise UsageError(f"OUTPUT {output!r} is not empty; pass --overwrite to replace an earlier dedup output "
                          "(it is replaced only once the new output is complete).")
     manifest = read_manifest(fs, root)
-    if manifest is None and not fs.exists(f"{root}/{INCOMPLETE}"):
+    if manifest is None and not incomplete:
         raise UsageError(f"OUTPUT {output!r} holds files dedup did not write (no {MANIFEST}); --overwrite replaces "
                          "only an earlier dedup output or an empty directory. Choose another OUTPUT.")
     if dry_run:

@@ -150,9 +150,11 @@ class Staging:
         self.tmp = f"{parent}/.{name}.dedup-tmp-{uuid.uuid4().hex[:12]}"
         self.lock_path = f"{parent}/.{name}.dedup-lock"
         self._lock_fd: int | None = None
+        self._lock_token: str | None = None  # on an object store: what this run wrote into the lock it holds
         self.committed = False
         self.keep = False
         self.resumed_from: str | None = None
+        self.complete = False  # the taken-over staging directory holds a complete output whose publish was cut short
         try:
             self.fs.makedirs(self.parent, exist_ok=True)
             self._lock()
@@ -181,8 +183,13 @@ class Staging:
             if self.fs.exists(self.lock_path) and not self._dead_lock():
                 raise UsageError(f"Another dedup run is writing OUTPUT {self.output!r} (lock {self.lock_path!r} exists). "
                                  "If no run is active, delete that lock and try again.")
+            token = uuid.uuid4().hex
             with self.fs.open(self.lock_path, "w") as fh:
-                json.dump({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}, fh)
+                json.dump({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time(), "token": token}, fh)
+            if self._lock_holder() != token:  # another run wrote its lock between our check and our write
+                raise UsageError(f"Another dedup run took the lock on OUTPUT {self.output!r} at the same moment; "
+                                 "wait for it to finish.")
+            self._lock_token = token
             return
         import fcntl
 
@@ -202,6 +209,15 @@ class Staging:
                 return
             os.close(fd)
 
+    def _lock_holder(self) -> str | None:
+        """The token of the run holding the object store's lock (None when there is none, or it is unreadable)."""
+        try:
+            with self.fs.open(self.lock_path, "r") as fh:
+                token = json.load(fh).get("token")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return token if isinstance(token, str) else None
+
     def _dead_lock(self) -> bool:
         """Whether the object store's lock was left by a run of this machine that is no longer alive
         (a killed client): then it is taken over. One of another machine, or unreadable, is not."""
@@ -212,19 +228,24 @@ class Staging:
                 return False
             os.kill(held["pid"], 0)
         except ProcessLookupError:
-            log.info("the lock %s was left by a run that is no longer alive (pid %d on this machine): taken over",
-                     self.lock_path, held["pid"])
+            since = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(held["time"])) \
+                if isinstance(held.get("time"), (int, float)) else "an unknown time"
+            log.warning("the lock %s was left by a run that is no longer alive (pid %d on %s, locked since %s): "
+                        "taken over", self.lock_path, held["pid"], held["host"], since)
             return True
         except (OSError, ValueError):
             return False
         return False
 
     def close(self) -> None:
-        """Release the lock (and remove its file)."""
+        """Release the lock (and remove its file) if this run holds it: a run refused because another one
+        holds the lock leaves that lock where it is."""
         if self.remote:
-            with contextlib.suppress(Exception):
-                if self.fs.exists(self.lock_path):
-                    self.fs.rm(self.lock_path)
+            token, self._lock_token = self._lock_token, None
+            if token is not None:
+                with contextlib.suppress(Exception):
+                    if self._lock_holder() == token:
+                        self.fs.rm(self.lock_path)
             return
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
@@ -283,6 +304,7 @@ class Staging:
             log.info("not resuming the interrupted run of %s: %s; starting over", when, changed)
             return None
         self.tmp, self.resumed_from, self.keep = path, when, True
+        self.complete = self.fs.exists(f"{path}/{MANIFEST}")
         return path
 
     # -- writing ----------------------------------------------------------------------------------
@@ -313,9 +335,10 @@ class Staging:
         if INTERRUPT_REQUESTED.is_set():  # an interrupt whose KeyboardInterrupt was swallowed somewhere
             raise KeyboardInterrupt
         self.remove(LIVE)
-        if self.remote:
+        if self.remote:  # the fingerprint stays until the copy is done: a run killed midway is finished by the next
             self._commit_remote()
         else:
+            self.remove(RESUME)
             self._commit_local()
         self.committed = True
 
@@ -334,7 +357,7 @@ class Staging:
         self.fs.rm(old, recursive=True)
 
     def _commit_remote(self) -> None:
-        new = [f for f in self.files() if f != MANIFEST]
+        new = [f for f in self.files() if f not in (MANIFEST, RESUME)]
         self.fs.makedirs(self.root, exist_ok=True)  # a no-op on object stores; real directories elsewhere
         self.fs.pipe(f"{self.root}/{INCOMPLETE}", b"a dedup commit is under way or failed midway; rerun with --overwrite\n")
         if self.fs.exists(f"{self.root}/{MANIFEST}"):
