@@ -152,3 +152,35 @@ def test_a_bind_mount_as_output_is_refused_before_any_work(tmp_path: Path, corpu
     finally:
         subprocess.run(["umount", str(tmp_path / "bound")], check=False)
     assert res.returncode == 2 and "is a mount point" in res.stderr and "features" not in res.stderr, res.stderr
+
+
+def test_a_run_left_by_other_code_is_not_resumed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The package version stays 0.1.0 whatever the code: the fingerprint holds a digest of the sources,
+    so a resumed run never reuses stages that another code computed."""
+    import shutil
+
+    from dedup.job.versions import PACKAGE, code_digest
+    from dedup.storage.staging import Staging
+
+    pkg = tmp_path / "dedup"
+    shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    before = code_digest(pkg)
+    assert before == code_digest.__wrapped__(PACKAGE)  # the same sources, the same digest
+    changed = pkg / "core" / "text.py"
+    changed.write_text(changed.read_text() + "\n# one line more\n")
+    after = code_digest.__wrapped__(pkg)
+    assert after != before
+    out = str(tmp_path / "out")
+    left = Staging(out, {"version": {"dedup": "0.1.0"}, "code": before})
+    left.keep = True
+    left.hold()
+    left.close()
+    same = Staging(out, {"version": {"dedup": "0.1.0"}, "code": before})
+    assert same.resumed_from is not None and same.tmp == left.tmp
+    same.hold()
+    same.close()
+    with caplog.at_level("INFO", logger="dedup"):
+        upgraded = Staging(out, {"version": {"dedup": "0.1.0"}, "code": after})
+    assert upgraded.resumed_from is None and "dedup's code (an upgrade) changed; starting over" in caplog.text
+    upgraded.discard()
+    upgraded.close()
