@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dedup.job.pipeline import run
 from dedup.partition.features import KEEP
 from dedup.partition.roots import roots_of_components
+from dedup.storage.reads import keep_values
 from tests.conftest import ASSIGNMENTS_ONLY, DEDUP, run_command
 
 FIRST_INDEXED = 1_000
@@ -49,6 +50,28 @@ def test_roots_follow_the_keep_rule(members: list[tuple[int, int | None, bool]],
         group = [d for d in docs if d[1] == label]
         want = _survivor([(d[2], d[3], d[4]) for d in group], way)
         assert {got[d[0]] for d in group} == {want}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([-0.0, 0.0, 1.5, None]), st.booleans()),
+                min_size=1, max_size=12),
+       st.sampled_from(["max", "min"]))
+@example([(0, 0.0, False), (0, -0.0, False)], "max")
+def test_zero_and_negative_zero_are_one_value(members: list[tuple[int, float | None, bool]], way: str) -> None:
+    """-0.0 == 0.0: a tie between them goes to the smallest id, in either input order (a float column's
+    values were ranked as distinct and the tie followed the order they came in). The values as a run
+    reads them (`keep_values`), in each float width."""
+    docs = [(FIRST_INDEXED + i if ix else i, lab, v, f"id-{i:03d}", ix) for i, (lab, v, ix) in enumerate(members)]
+    for order in (docs, docs[::-1]):
+        for t in (pa.float64(), pa.float32(), pa.float16()):
+            read = keep_values(pa.chunked_array([pa.array([d[2] for d in order], pa.float64()).cast(t)]), t)
+            rows = pd.DataFrame({"doc": np.array([d[0] for d in order], np.int64),
+                                 "label": np.array([d[1] for d in order], np.int64), "_id": [d[3] for d in order],
+                                 KEEP: pd.arrays.ArrowExtensionArray(read)})
+            got = dict(zip(rows["doc"], roots_of_components(rows, FIRST_INDEXED, keep=way)["root"]))
+            for label in {d[1] for d in docs}:
+                group = [d for d in docs if d[1] == label]
+                assert {got[d[0]] for d in group} == {_survivor([(d[2], d[3], d[4]) for d in group], way)}
 
 
 @pytest.fixture(scope="module")

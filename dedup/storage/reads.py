@@ -225,10 +225,11 @@ def orderable(t: pa.DataType) -> bool:
 
 
 def keep_values(col: pa.ChunkedArray, t: pa.DataType) -> pa.ChunkedArray:
-    """A `--keep-by` column in its comparison type (`keep_type`), NaN as null (a null never wins)."""
+    """A `--keep-by` column in its comparison type (`keep_type`), NaN as null (a null never wins) and -0.0
+    as 0.0 (equal values: their tie goes to the smallest id, not to the order they came in)."""
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
     col = col.cast(keep_type(t))
     if pa.types.is_floating(col.type):
-        col = pc.if_else(pc.is_nan(col), pa.scalar(None, col.type), col)
+        col = pc.if_else(pc.is_nan(col), pa.scalar(None, col.type), pc.add(col, pa.scalar(0.0, col.type)))
     return col

@@ -110,7 +110,8 @@ def fingerprint_changes(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     """What differs between two runs' fingerprints, in a few words; None when they are the same."""
     if old == new:
         return None
-    for key, what in (("version", "dedup's version"), ("code", "dedup's code (an upgrade)"), ("parameters", "the parameters"), ("options", "the options"),
+    for key, what in (("version", "dedup's version"), ("code", "dedup's code (an upgrade)"),
+                      ("parameters", "the parameters"), ("options", "the options"),
                       ("protected", "the protected files"), ("against", "the earlier outputs (--against)")):
         if old.get(key) != new.get(key):
             return f"{what} changed"
