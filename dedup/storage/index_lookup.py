@@ -224,14 +224,15 @@ def named_roots(rows: Any, layout: Layout, exact: bool, partition_info: dict[str
     the documents the matched band rows `rows` name stand for (their docs files' `root_doc`), to be
     read beside them (`index_features`), so that the earlier output's texts are read once. A superset:
     a row read by its key prefix is not verified here (a near duplicate an earlier output kept has no
-    signature in its docs file), and a root read for nothing is only looked up by key. None with
-    `exact`: a near duplicate has no text in its output and takes no part."""
+    signature in its docs file), and a root read for nothing is only looked up by key. With `exact`,
+    only a near duplicate whose text its output holds (it was kept with --keep-duplicates) takes part,
+    so only such a one names its root."""
     import pandas as pd
 
     from dedup.partition.keyspace import ROW_BITS
     from dedup.partition.stand_ins import KEYS_META
 
-    if partition_info is None or partition_info["number"] < layout.first or rows.empty or exact:
+    if partition_info is None or partition_info["number"] < layout.first or rows.empty:
         return KEYS_META.copy()
     keys = np.unique(rows["doc"].to_numpy(np.int64))
     found = []
@@ -240,11 +241,13 @@ def named_roots(rows: Any, layout: Layout, exact: bool, partition_info: dict[str
         if not len(need):
             continue
         part, p, start = layout.locate(q)
-        ok, pos, table = _docs_file_rows(part, p, need - np.int64(start << ROW_BITS), ["doc", "root_doc"])
+        ok, pos, table = _docs_file_rows(part, p, need - np.int64(start << ROW_BITS), ["doc", "root_doc", "file"])
         if "root_doc" not in table.column_names:  # older than ROOTS_LOCATED: no near duplicate names its root
             continue
         written = table.column("root_doc").take(pa.array(pos[ok]))
         has = written.is_valid().to_numpy(zero_copy_only=False)
+        if exact:  # a near duplicate its output dropped has no text to compare with: it takes no part
+            has &= table.column("file").take(pa.array(pos[ok])).is_valid().to_numpy(zero_copy_only=False)
         if has.any():
             found.append(layout.translate(part, written.fill_null(0).to_numpy()[has].astype(np.int64)))
     return pd.DataFrame({"doc": np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)})
