@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,7 +29,7 @@ from dedup.core.unionfind import components
 from dedup.job.pipeline import run
 from dedup.storage.index import INDEX_DIR, INDEX_META
 from dedup.storage.safety import UsageError
-from tests.conftest import ASSIGNMENTS_ONLY, run_command, write_shards
+from tests.conftest import ASSIGNMENTS_ONLY, DEDUP, run_command, write_shards
 from tests.reference import ref_band_keys, ref_signature
 
 
@@ -469,3 +470,31 @@ def test_releases_kept_with_their_duplicates_chain_exactly(client, tmp_path: Pat
     removed = pd.read_parquet(out / "_report" / "removed.parquet")
     jaccard = [len(shingles[i] & shingles[r]) / len(shingles[i] | shingles[r]) for i, r in zip(removed["id"], removed["root"])]
     assert removed["survivor_similarity"].to_numpy() == pytest.approx(np.asarray(jaccard), abs=1e-6)
+
+
+def test_an_earlier_output_patched_in_place_is_refused_naming_the_row(tmp_path: Path) -> None:
+    """A byte of one text changed in an earlier OUTPUT's shard, its size and footer as they were (bit rot,
+    a byte-patching tool): the stamps cannot see it, but the text read to compare a new document with is
+    checked against the text hashes the index recorded. Refused (exit 2), naming the file and the row."""
+    marker = "qxjzvwkt"
+    base = " ".join(f"word{i % 37} tok{i}" for i in range(60))
+    first = pd.DataFrame({"id": [f"a{i}" for i in range(6)],
+                          "text": [f"{base} {marker} end" if i == 3 else f"{'z' * (i % 2)}page {i} " +
+                                   " ".join(f"w{i}x{j}" for j in range(50)) for i in range(6)]})
+    second = pd.DataFrame({"id": ["b0", "b1"], "text": [f"{base} {marker} end again", "a new page of other words"]})
+    write_shards(first, tmp_path / "crawl1", 1)
+    write_shards(second, tmp_path / "crawl2", 1)
+    ok = run_command([*DEDUP, "run", str(tmp_path / "crawl1"), str(tmp_path / "r1"), "--threads", "1"], timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    (shard,) = [p for p in (tmp_path / "r1").glob("*.parquet")]
+    data = shard.read_bytes()
+    assert data.count(marker.encode()) == 1  # in the data page only (neither the smallest text nor the largest)
+    footer = pq.ParquetFile(shard).metadata.to_dict()
+    shard.write_bytes(data.replace(marker.encode(), b"qxjzvwkX"))
+    assert pq.ParquetFile(shard).metadata.to_dict() == footer and shard.stat().st_size == len(data)
+    assert marker not in " ".join(pd.read_parquet(shard)["text"])  # the text itself changed, silently
+    got = run_command([*DEDUP, "run", str(tmp_path / "crawl2"), str(tmp_path / "r2"), "--threads", "1",
+                       "--against", str(tmp_path / "r1")], timeout=120)
+    assert got.returncode == 2, got.stderr
+    assert f"row 3 of {shard.name} no longer holds the text its index describes" in got.stderr, got.stderr
+    assert not (tmp_path / "r2").exists()

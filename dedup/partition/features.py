@@ -126,14 +126,7 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
             rec, gram = protected.first_hits(batch)
             late = source[lo:hi] < 0  # with line dedup, only those its original text left clean
             source[lo:hi][late], source_gram[lo:hi][late] = rec[late], gram[late]
-        # two independent 64-bit hashes of the document's words (xorshift-multiply and FNV-1a)
-        has_words = np.flatnonzero(batch.num_words > 0)
-        first = batch.word_offsets[:-1][has_words]
-        last = batch.word_offsets[1:][has_words] - 1
-        mix, fnv = _kernels.text_keys(batch.buf, np.ascontiguousarray(batch.word_start[first], np.int64),
-                                      np.ascontiguousarray(batch.word_ends(last), np.int64))
-        tkey[lo + has_words] = np.where(mix == 0, 1, mix)  # 0 is kept for "takes no part"
-        tkey2[lo + has_words] = np.where(fnv == 0, 1, fnv)
+        tkey[lo:hi], tkey2[lo:hi] = text_keys(batch)
     source[changed & (source < 0) & (tkey == 0)] = EMPTIED  # lost a line and has no word left
     inactive = source != CLEAN  # contaminated documents, like those without words (key 0), take no part
     tkey[inactive] = 0
@@ -145,6 +138,21 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
     if KEEP in part.columns:
         out[KEEP] = part[KEEP].array
     return out
+
+
+def text_keys(batch: Any) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
+    """Two independent 64-bit hashes of each document's words (xorshift-multiply and FNV-1a), for a
+    `TextBatch`: equal word sequences share them; 0 for a document without words ("takes no part")."""
+    n = len(batch.word_offsets) - 1
+    tkey, tkey2 = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
+    has_words = np.flatnonzero(batch.num_words > 0)
+    first = batch.word_offsets[:-1][has_words]
+    last = batch.word_offsets[1:][has_words] - 1
+    mix, fnv = _kernels.text_keys(batch.buf, np.ascontiguousarray(batch.word_start[first], np.int64),
+                                  np.ascontiguousarray(batch.word_ends(last), np.int64))
+    tkey[has_words] = np.where(mix == 0, 1, mix)
+    tkey2[has_words] = np.where(fnv == 0, 1, fnv)
+    return tkey, tkey2
 
 
 def first_per_record(feat: pd.DataFrame) -> pd.DataFrame:

@@ -15,8 +15,9 @@ from dedup.config import Params
 from dedup.core.minhash import arrow_signatures
 from dedup.core.text import TEXT_DTYPE
 from dedup.partition.codec import from_fixed_binary
-from dedup.storage.index import KEY_PREFIXES, TKEYS_IN_BANDS, IndexPart, docs_file
+from dedup.storage.index import DAMAGED, KEY_PREFIXES, TKEYS_IN_BANDS, IndexPart, docs_file
 from dedup.storage.index_files import key_prefixes, read_bands
+from dedup.storage.safety import UsageError
 
 if TYPE_CHECKING:
     from dedup.partition.keyspace import Placement
@@ -370,6 +371,7 @@ def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool
         at = np.flatnonzero(read)
         files = taken.column("file").take(pa.array(at)).to_pylist()
         got = _output_texts(part, files, taken.column("row").take(pa.array(at)).to_numpy())
+        _check_texts(part, taken.take(pa.array(at)), got)
         if not held.all():
             rebuilt = np.flatnonzero(~held[at])
             sigs[at[rebuilt]] = arrow_signatures(got.take(pa.array(rebuilt)), num_perm=params.num_perm,
@@ -379,6 +381,29 @@ def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool
             texts = got.to_pylist()
     taken = taken.select(["doc", "id", "root", "root_doc", "tkey", "tkey2", "file", "row"])
     return need[ok] + offset, taken, sigs, texts
+
+
+def _check_texts(part: IndexPart, rows: pa.Table, texts: pa.Array) -> None:
+    """Raise `UsageError` unless each text read from the earlier OUTPUT has the text hashes its docs-file
+    row (of `rows`) records: a file patched in place (same size, same footer: bit rot, a byte-patching
+    tool) passes the stamps' check, but not this one."""
+    from dedup.core.minhash import SIGNATURE_CHUNK
+    from dedup.core.text import encode_arrow
+    from dedup.partition.features import text_keys
+
+    want, want2 = rows.column("tkey").to_numpy(), rows.column("tkey2").to_numpy()
+    bad = []
+    for lo in range(0, len(texts), SIGNATURE_CHUNK):
+        got, got2 = text_keys(encode_arrow(texts.slice(lo, SIGNATURE_CHUNK)))
+        hi = lo + len(got)
+        bad.append(lo + np.flatnonzero(((got != want[lo:hi]) | (got2 != want2[lo:hi])) & (want[lo:hi] != 0)))
+    bad_rows = np.concatenate(bad) if bad else np.zeros(0, np.int64)
+    if len(bad_rows):
+        at = int(bad_rows[0])
+        more = f", and {len(bad_rows) - 1} more of the rows read" if len(bad_rows) > 1 else ""
+        raise UsageError(f"--against {part.output}: row {rows.column('row')[at].as_py()} of "
+                         f"{rows.column('file')[at].as_py()} no longer holds the text its index describes (the file "
+                         f"was changed in place since dedup wrote it{more}). {DAMAGED}")
 
 
 TEXT_BATCH_BYTES = 8 * 2**20
