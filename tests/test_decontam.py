@@ -145,3 +145,51 @@ def _protected_from_grams(text: str) -> ProtectedNgrams:
         path = Path(tmp) / "p.txt"
         path.write_text(text)
         return read_protected([path])
+
+
+def test_the_page_and_removed_list_agree_per_record_named_by_its_id(tmp_path: Path) -> None:
+    """Records that share passages (an eval file quoting the same licence): a document hitting several
+    records is listed in removed.parquet under its first; each record's `listed` count is its rows
+    there, every record hit has an example, and the example holds the n-gram shown beside it. The page
+    named examples that did not hold the n-gram, left records without one, and counted 367 documents
+    for a record with no row in removed.parquet. Records are named by their own ids."""
+    import re
+    from html import unescape
+
+    import pandas as pd
+
+    from dedup.job.pipeline import run
+    from tests.conftest import write_shards
+
+    licence = " ".join(f"l{i}" for i in range(20))  # a 13-gram of at most 80 characters: shown whole
+    other = " ".join(f"z{i}" for i in range(20))
+    records = [{"id": "q-1", "question": licence}, {"id": "q-2", "question": f"{other} and {licence}"},
+               {"id": "q-3", "passage": f"see {licence} again"}]
+    evals = tmp_path / "evals.jsonl"
+    evals.write_text("".join(json.dumps(r) + "\n" for r in records))
+    texts = [f"page {i} " + " ".join(f"w{i}x{j}" for j in range(30)) for i in range(12)]
+    texts += [f"notice {licence} end {i}" for i in range(3)] + [f"quiz page {other} {i}" for i in range(2)]
+    ids = [f"doc{i:02d}" for i in range(len(texts))]
+    src = write_shards(pd.DataFrame({"id": ids, "text": texts}), tmp_path / "in", 2)
+    m = run(str(src), str(tmp_path / "out"), protected=[str(evals)], max_contaminated=1, near=False)
+    removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
+    rows = removed["record"].value_counts().to_dict()
+    by_record = {r["record"]: r for r in m["contaminated_by_record"]}
+    assert set(by_record) == {"line 1 (id q-1)", "line 2 (id q-2)", "line 3 (id q-3)"}
+    assert {k: r["listed"] for k, r in by_record.items()} == {k: rows.get(k, 0) for k in by_record}
+    assert by_record["line 3 (id q-3)"]["documents"] == 3 and by_record["line 3 (id q-3)"]["listed"] == 0
+    assert by_record["line 2 (id q-2)"]["documents"] == 5
+    page = (tmp_path / "out" / "_report" / "index.html").read_text()
+    table = page[page.index('<table id="records">'):]
+    table = table[:table.index("</table>")]
+    shown = re.findall(r"<tr><td><code>[^<]*</code></td><td>([^<]*)</td>.*?<td><mark>([^<]*)</mark></td>\s*<td>(.*?)</td></tr>",
+                       table, re.S)
+    assert {unescape(r) for r, _, _ in shown} == set(by_record)
+    for record, ngram, cell in shown:
+        match = re.search(r'<div class="doc-id">([^<]*)</div><div class="doc">.*?<mark>([^<]*)</mark>', cell, re.S)
+        assert match is not None, record  # every record hit has an example
+        ident, marked = match.groups()
+        gram = unescape(ngram)
+        assert " ".join(unescape(marked).lower().split()) == gram
+        holding = sorted(i for i, t in zip(ids, texts) if gram in " ".join(t.lower().split()))
+        assert unescape(ident) == holding[0]

@@ -64,7 +64,9 @@ def test_every_format_protects_every_record(tmp_path: Path, fmt: str) -> None:
     assert prot.flags(docs).tolist() == [True] * 14 + [False, False]
     expected_records = 1 if fmt == "txt" else 14
     assert len(prot.record_labels) == expected_records
-    label = {"parquet": "row 0", "json array": "[0]", "json object": "key q0", "txt": "file"}.get(fmt, "line 1")
+    # a record is named by its own id too (a json object's by its key)
+    label = {"parquet": "row 0 (id q0)", "json array": "[0] (id q0)", "json object": "key q0",
+             "txt": "file"}.get(fmt, "line 1 (id q0)")
     assert prot.record_labels[0] == label
 
 
@@ -77,7 +79,7 @@ def test_directory_of_evals_and_counts_per_file_and_record(client, tmp_path: Pat
     assert m["contaminated_dropped"] == 14
     assert m["contaminated_by_file"] == {str(p): 14 for p in sorted(paths.values())}  # every file gets full credit
     by_record = {(Path(e["file"]).name, e["record"]): e["documents"] for e in m["contaminated_by_record"]}
-    assert by_record[("e.jsonl", "line 3")] == 1 and by_record[("all.txt", "file")] == 14
+    assert by_record[("e.jsonl", "line 3 (id q2)")] == 1 and by_record[("all.txt", "file")] == 14
     assert all(e["ngram"] and len(e["ngram"].split()) == 13 for e in m["contaminated_by_record"])
     assert m["contaminated_records"] == 8 * 14 + 1
     # one record removes 14 of 44 documents (>1%): named, with an n-gram
@@ -168,7 +170,9 @@ def test_every_csv_cell_is_protected_whatever_the_width_or_length(tmp_path: Path
     prot = read_protected([path])
     docs = [f"prefix {q} suffix" for q in QUESTIONS[:6]]
     assert prot.flags(docs).tolist() == [True, True, True, False, False, True]
-    assert list(prot.record_labels) == ["row 0", "row 1", "row 2", "row 3"]
+    assert list(prot.record_labels)[:3] == ["row 0 (id q0)", "row 1 (id q1)", "row 2 (id q2)"]
+    assert prot.record_labels[3].startswith("row 3 (id ") and prot.record_labels[3].endswith("…)")  # at most 80
+    assert len(prot.record_labels[3]) == len("row 3 (id )") + 80
     tsv = tmp_path / "wide.tsv"
     tsv.write_text("\n".join(r.replace(",", "\t") for r in rows[:3]) + "\n")
     assert read_protected([tsv]).flags(docs[:3]).tolist() == [True, True, True]

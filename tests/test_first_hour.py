@@ -100,7 +100,8 @@ def test_csv_evals_in_a_directory_and_the_dataset_card_skipped(tmp_path: Path, t
     removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
     hit = dict(zip(removed["id"], removed["record"]))
     assert {3, 5, 7} <= set(hit) and 9 not in hit
-    assert hit[3] == "row 0" and hit[5] == "row 1" and hit[7] == "row 0"  # the TSV's header is not a record
+    # the TSV's header is not a record, and names its id column: a record is named by its id too
+    assert hit[3] == "row 0" and hit[5] == "row 1" and hit[7] == "row 0 (id q1)"
     assert set(m["contaminated_by_file"]) == {str(evals / "mmlu_test.csv"), str(evals / "qa.tsv")}
     named = run_dedup("decontaminate", str(src), str(tmp_path / "out2"), "--protected", str(evals / "mmlu_test.csv"),
                       "--protected", str(evals / "README.md"), "--threads", "2")

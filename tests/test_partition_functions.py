@@ -18,7 +18,14 @@ from dedup.partition import codec, keyspace
 from dedup.partition.buckets import KIND_CANDIDATE, KIND_SAME_TEXT, band_documents, long_form, same_text_edges
 from dedup.partition.confirm import confirm_routes, graph_pairs, pairs_with_left, score_at_right
 from dedup.partition.decisions import attach_roots, row_decisions
-from dedup.partition.features import CLEAN, document_features, first_per_record, mark_skipped, signatures_of
+from dedup.partition.features import (
+    CLEAN,
+    document_features,
+    first_examples,
+    mark_skipped,
+    record_examples,
+    signatures_of,
+)
 from dedup.partition.roots import OTHER, component_counts, own_documents, roots_of_components, with_ids
 from tests.reference import ref_shingles
 
@@ -192,11 +199,33 @@ def test_with_ids_gives_members_their_ids_and_the_pairs_that_joined_them() -> No
     assert roots["jaccard"].tolist() == [np.float32(0.75)] * 2
 
 
-def test_the_first_document_of_each_protected_record_is_the_one_with_the_smallest_id() -> None:
-    feat = _features(["a", "b", "c", "d"], ["z", "m", "a", "q"])
-    feat["source"] = np.int32([3, 3, CLEAN, 1])
-    first = first_per_record(feat)
-    assert first[["source", "_id"]].values.tolist() == [[1, "q"], [3, "m"]]
+def test_each_protected_records_example_holds_the_ngram_shown() -> None:
+    """A record's example is the smallest-id document among those holding the record's smallest n-gram
+    found, whatever record each document is listed under first (the page showed examples that did not
+    hold the n-gram shown, and none for a record that was no document's first); partitions combine
+    to the same."""
+    from dedup.core.decontam import ProtectedNgrams
+
+    first = " ".join(f"alpha{i}" for i in range(14))
+    second = " ".join(f"beta{i}" for i in range(13))
+    prot = ProtectedNgrams.from_records(["e.jsonl"], [(0, "line 1", [first]), (0, "line 2", [second + " " + first])], 13)
+    texts = ["clean words", f"x {second} y", " ".join(first.split()[1:]), f"z {second}", f"{second} {first}"]
+    ids = ["e", "d", "c", "b", "a"]
+    part = pd.DataFrame({"id": ids, "text": pd.Series(texts, dtype=TEXT_DTYPE)})
+    feat = document_features(part, "id", "text", Params(), prot, partition_info={"number": 0})
+    got = record_examples(part, feat, prot, "text")
+    assert sorted(got["source"]) == [0, 1]
+    for rec, gram, ident in zip(got["source"], got["gram"], got["_id"]):
+        shown = prot.ngram_text(int(gram))
+        assert shown in (first, second + " " + first)[rec]
+        holding = sorted(i for i, t in zip(ids, texts) if shown in " ".join(t.lower().split()))
+        assert ident == holding[0]  # the smallest id among the documents holding the n-gram shown
+    halves = [record_examples(part.iloc[s], feat.iloc[s].reset_index(drop=True), prot, "text")
+              for s in (slice(0, 2), slice(2, 5))]
+    assert first_examples(pd.concat(halves)).values.tolist() == got.values.tolist()
+
+
+def test_own_documents_are_those_before_the_first_indexed_key() -> None:
     assert own_documents(pd.DataFrame({"doc": np.int64([1, 9, 20])}), first_indexed=9)["doc"].tolist() == [1]
 
 

@@ -173,19 +173,25 @@ class ProtectedNgrams:
         """Per document of `batch`: the smallest record index among its confirmed hits, or -1 if clean."""
         return self.first_hits(batch)[0]
 
+    def record_hits(self, batch: TextBatch) -> pd.DataFrame:
+        """(doc, record, gram): each document of `batch` (its row in the batch), each record one of its
+        n-grams belongs to, and that n-gram; one row per (document, n-gram, record)."""
+        doc, gram = self.hits(batch)
+        span = self.rec_offsets[gram + 1] - self.rec_offsets[gram]
+        rec_pos = np.repeat(self.rec_offsets[gram], span) + (np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span))
+        return pd.DataFrame({"doc": np.repeat(doc, span).astype(np.int64), "record": self.rec_ids[rec_pos].astype(np.int64),
+                             "gram": np.repeat(gram, span).astype(np.int64)})
+
     def hit_counts(self, batch: TextBatch) -> pd.DataFrame:
         """Documents of `batch` hitting each record and each file, with the smallest n-gram hit per record.
 
         Rows (kind, index, documents, gram): kind 0 = record, 1 = file. Counting distinct
         documents per record and per file makes the totals independent of the files' order.
         """
-        doc, gram = self.hits(batch)
-        if len(doc) == 0:
+        pairs = self.record_hits(batch)
+        if pairs.empty:
             return pd.DataFrame({"kind": np.zeros(0, np.int8), "index": np.zeros(0, np.int64),
                                  "documents": np.zeros(0, np.int64), "gram": np.zeros(0, np.int64)})
-        span = self.rec_offsets[gram + 1] - self.rec_offsets[gram]
-        rec_pos = np.repeat(self.rec_offsets[gram], span) + (np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span))
-        pairs = pd.DataFrame({"doc": np.repeat(doc, span), "record": self.rec_ids[rec_pos], "gram": np.repeat(gram, span)})
         by_rec = pairs.groupby("record").agg(documents=("doc", "nunique"), gram=("gram", "min")).reset_index()
         files = pairs.assign(file=self.record_file[pairs["record"].to_numpy()]).groupby("file")["doc"].nunique()
         return pd.concat([

@@ -16,7 +16,7 @@ from dedup.job.compute import compute, shared
 from dedup.job.features import without_signatures
 from dedup.job.manifest import contamination_guard, record_warning
 from dedup.job.stage import Job, Step
-from dedup.partition.features import first_per_record
+from dedup.partition.features import first_examples, record_examples
 from dedup.storage.safety import TooContaminated
 
 log = logging.getLogger("dedup")
@@ -45,15 +45,23 @@ def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgr
                   input_rows: int, contaminated_rows: int, examples: bool = False) -> ContaminationCounts:
     """Documents removed per protected file and per record (re-reading only contaminated texts), and a
     warning for any record that alone removes a large share of the corpus. With `examples`, also
-    each record's contaminated document with the smallest id (`first_per_record`, for the page)."""
+    each record's example for the page: the document with the smallest id among those holding the
+    record's smallest n-gram found (`record_examples`), so that the n-gram shown is in the example.
+    Each record also counts the documents `removed.parquet` lists under it (`listed`: those whose
+    first record it is), as a document sharing n-grams with several records counts under each."""
     if contaminated_rows == 0:
         return ContaminationCounts(dict.fromkeys(protected.files, 0), [], 0, None)
     meta = protected.hit_counts(encode_batch([]))
     lazy = [dd.map_partitions(_hit_counts, ddf, feat[["source"]], shared(protected), text_column, meta=meta,
-                              align_dataframes=False)]
+                              align_dataframes=False),
+            feat[["source"]].map_partitions(_listed, meta={"source": np.int32, "listed": np.int64})]
     if examples:
-        lazy.append(without_signatures(feat).map_partitions(first_per_record, meta=feat._meta[["source", "doc", "_id"]]))
-    hc, *first = compute(*lazy)
+        example_meta = pd.DataFrame({"source": pd.Series(dtype=np.int32), "gram": pd.Series(dtype=np.int64),
+                                     "doc": pd.Series(dtype=np.int64), "_id": feat._meta["_id"]})
+        lazy.append(dd.map_partitions(record_examples, ddf, without_signatures(feat)[["source", "doc", "_id"]],
+                                      shared(protected), text_column, meta=example_meta, align_dataframes=False))
+    hc, listed_parts, *first = compute(*lazy)
+    listed = listed_parts.groupby("source")["listed"].sum()
     agg = hc.groupby(["kind", "index"]).agg(documents=("documents", "sum"), gram=("gram", "min")).reset_index()
     files = agg[agg["kind"] == 1]
     by_file = dict(zip(files["index"], files["documents"]))
@@ -62,12 +70,18 @@ def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgr
     entries: list[dict[str, Any]] = []
     for rec, docs, gram in zip(recs["index"], recs["documents"], recs["gram"]):
         entry = {"file": protected.files[protected.record_file[rec]], "record": protected.record_labels[rec],
-                 "documents": int(docs), "ngram": protected.ngram_text(int(gram))}
+                 "documents": int(docs), "listed": int(listed.get(rec, 0)), "ngram": protected.ngram_text(int(gram))}
         if len(entries) < MAX_RECORDS_IN_MANIFEST:
             entries.append(entry)
         if (warning := record_warning(entry, input_rows)) is not None:
             log.warning("%s", warning)
-    return ContaminationCounts(per_file, entries, len(recs), first[0] if first else None)
+    return ContaminationCounts(per_file, entries, len(recs), first_examples(first[0]) if first else None)
+
+
+def _listed(feat: pd.DataFrame) -> pd.DataFrame:
+    """Per protected record, the documents of one partition whose first record it is (`removed.parquet`'s)."""
+    counts = feat.loc[feat["source"] >= 0, "source"].value_counts()
+    return pd.DataFrame({"source": counts.index.to_numpy(np.int32), "listed": counts.to_numpy(np.int64)})
 
 
 class Contamination(Step):

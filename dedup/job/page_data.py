@@ -124,8 +124,7 @@ def page_documents(decided: Decisions) -> PageDocuments:
         members = members[members["root"].astype(object).isin([r for _, r in tops])]
         wanted += members["doc"].astype(np.int64).tolist()
     examples = decided.examples
-    if examples is not None:
-        examples = examples.assign(_k=examples["_id"].astype(object)).sort_values(["source", "_k"]).drop_duplicates("source")
+    if examples is not None:  # one a record (`dedup.job.contamination`)
         wanted += examples["doc"].astype(np.int64).tolist()
     near = decided.near_pairs
     if near is not None and len(near):

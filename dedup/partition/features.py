@@ -19,7 +19,7 @@ from dedup.config import Params
 from dedup.core import _kernels
 from dedup.core.decontam import ProtectedNgrams
 from dedup.core.minhash import SIGNATURE_CHUNK, SIGNATURE_DTYPE, batch_signatures
-from dedup.core.text import encode_column_chunks
+from dedup.core.text import encode_batch, encode_column_chunks, texts_of
 from dedup.partition.codec import payload_sigs, sig_payload
 from dedup.partition.keyspace import doc_keys
 from dedup.partition.rows import rows_of
@@ -155,9 +155,23 @@ def text_keys(batch: Any) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
     return tkey, tkey2
 
 
-def first_per_record(feat: pd.DataFrame) -> pd.DataFrame:
-    """(source, doc, _id) per protected record (as a document's first record) of one features
-    partition: its contaminated document with the smallest id (the report's example)."""
-    c = feat[feat["source"] >= 0]
-    c = c.assign(_k=c["_id"].astype(object)).sort_values(["source", "_k"], kind="stable")
-    return c.drop_duplicates("source")[["source", "doc", "_id"]]
+def record_examples(part: pd.DataFrame, feat: pd.DataFrame, protected: ProtectedNgrams, text_column: str) -> pd.DataFrame:
+    """(source, gram, doc, _id) per protected record of one partition (`source`: the record's index):
+    the smallest n-gram of that record any of its contaminated documents holds, and the document with
+    the smallest id holding it (the page's example, which contains the n-gram the page shows). Over
+    partitions, the smallest gram, then the smallest id, gives the corpus's (`first_examples`)."""
+    rows = np.flatnonzero(feat["source"].to_numpy() >= 0)
+    hits = protected.record_hits(encode_batch(texts_of(part[text_column].iloc[rows]) if len(rows) else []))
+    if hits.empty:
+        return pd.DataFrame({"source": np.zeros(0, np.int32), "gram": np.zeros(0, np.int64),
+                             "doc": np.zeros(0, np.int64), "_id": feat["_id"].iloc[:0].to_numpy()})
+    at = rows[hits["doc"].to_numpy()]
+    found = pd.DataFrame({"source": hits["record"].to_numpy(np.int32), "gram": hits["gram"].to_numpy(np.int64),
+                          "doc": feat["doc"].to_numpy(np.int64)[at], "_id": feat["_id"].to_numpy()[at]})
+    return first_examples(found)
+
+
+def first_examples(found: pd.DataFrame) -> pd.DataFrame:
+    """Of `record_examples` rows, one per record: its smallest gram, then the smallest id."""
+    order = found.assign(_k=found["_id"].astype(object)).sort_values(["source", "gram", "_k"], kind="stable")
+    return order.drop_duplicates("source")[["source", "gram", "doc", "_id"]].reset_index(drop=True)

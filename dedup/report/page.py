@@ -358,6 +358,7 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
             passage = match_excerpt(text, r["ngram"]) or {"before": text[:2 * MATCH_CHARS], "match": "", "after": ""}
             example = {"id": shorten(ident), **passage}
         records.append({"file": r["file"], "record": shorten(r["record"]), "documents": r["documents"],
+                        "listed": r.get("listed"),
                         "ngram": shorten(r["ngram"]), "example": example})
     p = {**m["parameters"], "shingle_unit": m["parameters"].get("shingle_unit", "word")}
     return str(_template().render(

@@ -10,6 +10,7 @@
   A first row of column names (`HEADER_CELL`: every cell a short name, none repeated) is a header:
   not text, and the columns it names as label keys are skipped.
 - anything else given by name (`.txt`, `.md`, ...): the whole file is one record, `file`.
+A record with an `id` (or `case_id`) value of its own is labelled with it too: `line 26 (id q-17)`.
 - a directory: the files of the kinds above below it, recursively, sorted; any other file there
   is named and refused; names starting with `.` or `_` are skipped, and so are dataset cards
   (`README.md` and the like, `DATASET_CARDS`), logged: they describe the evals, they are not
@@ -121,6 +122,24 @@ def files_of(path: str) -> list[str]:
     return found
 
 
+ID_KEYS = ("id", "case_id")
+"""Label keys (columns) whose value names a record: a record's label ends with it, `line 26 (id q-17)`,
+the name a team uses for an eval record."""
+ID_CHARS = 80
+"""At most this many characters of a record's id go into its label."""
+
+
+def _named(label: str, record: Any) -> str:
+    """`label` with the record's own id (`ID_KEYS`; a string or an integer) when it has one."""
+    if isinstance(record, dict):
+        for key in ID_KEYS:
+            value = record.get(key)
+            if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
+                shown = " ".join(str(value).split())
+                return f"{label} (id {shown[:ID_CHARS - 1] + '…' if len(shown) > ID_CHARS else shown})"
+    return label
+
+
 def records(path: str) -> Iterator[tuple[str, list[str]]]:
     """(record label, its texts) for every record of one protected file, in file order."""
     kind = _kind(path)
@@ -138,7 +157,7 @@ def records(path: str) -> Iterator[tuple[str, list[str]]]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{path}: line {lineno} is not valid JSON ({exc.msg}); fix or remove that line.") from None
-            yield f"line {lineno}", list(strings(record))
+            yield _named(f"line {lineno}", record), list(strings(record))
     elif kind == ".json":
         try:
             doc = json.loads(text)
@@ -146,11 +165,11 @@ def records(path: str) -> Iterator[tuple[str, list[str]]]:
             raise UsageError(f"{path}: not valid JSON at line {exc.lineno} ({exc.msg}).") from None
         if isinstance(doc, list):
             for i, record in enumerate(doc):
-                yield f"[{i}]", list(strings(record))
+                yield _named(f"[{i}]", record), list(strings(record))
         elif isinstance(doc, dict):
             for key, record in doc.items():
                 if key not in LABEL_KEYS:
-                    yield f"key {key}", list(strings(record))
+                    yield f"key {key}", list(strings(record))  # the key names it
         else:
             yield "file", list(strings(doc))
     else:
@@ -169,12 +188,15 @@ def _csv_records(text: str, delimiter: str, path: str) -> Iterator[tuple[str, li
     finally:
         csv.field_size_limit(limit)
     labels: set[int] = set()
+    names: dict[str, int] = {}
     if rows and all(HEADER_CELL.fullmatch(c.strip()) for c in rows[0]) and \
             len({c.strip().lower() for c in rows[0]}) == len(rows[0]):
         labels = {i for i, c in enumerate(rows[0]) if c.strip().lower() in LABEL_KEYS}
+        names = {c.strip().lower(): i for i, c in enumerate(rows[0]) if c.strip().lower() in ID_KEYS}
         rows = rows[1:]
     for i, row in enumerate(rows):  # every cell, those past the header's width too (an unquoted comma)
-        yield f"row {i}", [c for j, c in enumerate(row) if c and j not in labels]
+        record = {k: row[j] for k, j in names.items() if j < len(row)}
+        yield _named(f"row {i}", record), [c for j, c in enumerate(row) if c and j not in labels]
 
 
 def _parquet_records(path: str) -> Iterator[tuple[str, list[str]]]:
@@ -190,12 +212,14 @@ def _parquet_records(path: str) -> Iterator[tuple[str, list[str]]]:
         with fsspec.open(path, "rb") as fh:
             pf = pq.ParquetFile(fh)
             cols = [f.name for f in pf.schema_arrow if f.name not in LABEL_KEYS and texty(f.type)]
-            table = pf.read(columns=cols)
+            named = [k for k in ID_KEYS if k in pf.schema_arrow.names]
+            table = pf.read(columns=cols + named)
     except (OSError, pa.ArrowException) as exc:
         raise UsageError(f"Protected file {path} is not readable Parquet ({exc}).") from None
     if not cols:
         raise UsageError(f"Protected file {path} has no string column (label columns {sorted(LABEL_KEYS)} are skipped).")
     columns = [table.column(c).to_pylist() for c in cols]
+    ids = {k: table.column(k).to_pylist() for k in named}
     for row in range(table.num_rows):
-        yield f"row {row}", list(strings([col[row] for col in columns]))
+        yield _named(f"row {row}", {k: v[row] for k, v in ids.items()}), list(strings([col[row] for col in columns]))
 
