@@ -18,6 +18,7 @@ from dedup.job.compute import active_client, compute
 from dedup.partition import keyspace
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD
 from dedup.report import page as report_page
+from dedup.report.shown import shorten
 from dedup.storage import reads
 
 if TYPE_CHECKING:
@@ -72,16 +73,21 @@ def cluster_summary(d: pd.DataFrame) -> pd.DataFrame:
 
 
 def member_scores(pairs: list[tuple[str, str]], params: Params) -> list[tuple[float, float]]:
-    """(MinHash estimate, exact Jaccard) of each (root text, member text), for the page."""
+    """(MinHash estimate, exact Jaccard) of each (root text, member text), for the page. The Jaccard is
+    of the shingles' 64-bit hashes, sorted in numpy (`shingle_sets`), as `--confirm exact` computes it:
+    about 40 bytes a word, where Python sets of shingle strings took 50 times the text (a 40 MB
+    document killed 2 GiB workers)."""
+    from dedup.core import _kernels
     from dedup.core.minhash import estimate, signatures
-    from dedup.core.text import jaccard, shingles
+    from dedup.partition.confirm import shingle_sets
 
     out = []
     for a, b in pairs:
         sigs = signatures([a, b], num_perm=params.num_perm, seed=params.seed, shingle_size=params.shingle_size,
                           shingle_unit=params.shingle_unit)
-        out.append((float(estimate(sigs[0], sigs[1])), jaccard(shingles(a, params.shingle_size, params.shingle_unit),
-                                                               shingles(b, params.shingle_size, params.shingle_unit))))
+        values, offsets = shingle_sets([a, b], params.shingle_size, params.shingle_unit)
+        jac = _kernels.sorted_jaccard(values, offsets[:1], offsets[1:2], values, offsets[1:2], offsets[2:3])
+        out.append((float(estimate(sigs[0], sigs[1])), float(jac[0])))
     return out
 
 
@@ -193,8 +199,12 @@ def report_extras(shown: PageDocuments, text_of: dict[int, Any], params: Params,
         # scored where the kernels are loaded already (a client would load them for a dozen pairs)
         client = active_client()
         pairs = [(view.root_text, t) for view, _, t in listed]
-        scores = (client.submit(member_scores, pairs, params, pure=False).result() if client is not None and pairs
-                  else member_scores(pairs, params))
+        try:
+            scores = (client.submit(member_scores, pairs, params, pure=False).result() if client is not None and pairs
+                      else member_scores(pairs, params))
+        except Exception as exc:
+            _explain_scoring(exc, listed)
+            raise
         for (view, ident, t), (est, jac) in zip(listed, scores):
             view.members.append({"id": ident, "text": t, "estimate": est, "jaccard": jac})
     if shown.near_pairs is not None:
@@ -209,3 +219,20 @@ def report_extras(shown: PageDocuments, text_of: dict[int, Any], params: Params,
             ident = shown.examples["_id"][shown.examples["doc"].astype(np.int64) == doc].iloc[0]
             extras.record_examples[key] = (ident, text_of.get(int(doc), "") or "")
     return extras
+
+
+def _explain_scoring(exc: BaseException, listed: list[tuple[report_page.ClusterView, Any, str]]) -> None:
+    """A worker that died scoring the page's members: the documents it scored, never a Dask key."""
+    try:
+        from distributed.scheduler import KilledWorker
+    except ImportError:
+        return
+    if not isinstance(exc, KilledWorker):
+        return
+    longest = max(listed, key=lambda m: max(len(m[0].root_text), len(m[2])))
+    view, ident, text = longest
+    which, size = (view.root, len(view.root_text)) if len(view.root_text) >= len(text) else (ident, len(text))
+    raise RuntimeError(f"A worker died again and again scoring the page's largest clusters against their survivors; "
+                       f"the longest document there is {shorten(which)} ({size:,} characters). Give the workers more "
+                       "memory than that document needs (the same command then resumes from the shards written), "
+                       "or run without the page (--no-report).") from exc
