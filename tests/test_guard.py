@@ -55,5 +55,8 @@ def test_a_gutting_decontamination_stops_before_publishing(tmp_path: Path) -> No
     assert again.returncode == 0, again.stderr
     assert "resuming: reusing features, contamination" in again.stderr
     assert json.loads((out / "_dedup.json").read_text())["contaminated_dropped"] == 70
+    zero = run_dedup("run", str(src), str(tmp_path / "o0"), "--protected", str(evals), "--threads", "1",
+                     "--max-contaminated", "-0")  # -0 is 0, and says so
+    assert zero.returncode == 3 and "above --max-contaminated 0;" in zero.stderr, zero.stderr
     bad = run_dedup("run", str(src), str(tmp_path / "o3"), "--protected", str(evals), "--max-contaminated", "7")
     assert bad.returncode == 2 and "--max-contaminated is a share of the input, from 0 to 1" in bad.stderr

@@ -119,7 +119,7 @@ def test_a_line_in_every_document_stays_only_in_the_first(client, tmp_path: Path
     _check(tmp_path / "out", order, want, m)
     assert sum("We use cookies" in t for t in pd.read_parquet(tmp_path / "out")["text"]) == 1
     top = m["lines"]["top_lines"][0]
-    assert top == {"count": n, "text": "We use cookies. Accept?", "document": "p00000", "line": 0}
+    assert top == {"count": n, "text": "We use cookies. Accept?", "characters": 23, "document": "p00000", "line": 0}
     assert m["lines"]["repeated_keys"] == 1 and m["lines"]["documents_changed"] == n - 1
     assert sum(m["lines"]["share_histogram"]) == n - 1
     from selenium.webdriver.common.by import By
@@ -150,7 +150,18 @@ def test_the_contracts_worked_example(tmp_path: Path) -> None:
     assert dict(zip(got["id"], got["text"])) == {"a": texts["a"], "b": "Story two\n(c) 2024 acme"}
     removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
     assert removed[["id", "reason"]].values.tolist() == [["c", "empty_after_lines"]]
-    assert m["lines"]["top_lines"] == [{"count": 3, "text": "Home | About", "document": "a", "line": 0}]
+    assert m["lines"]["top_lines"] == [{"count": 3, "text": "Home | About", "characters": 12, "document": "a", "line": 0}]
+
+
+def test_a_long_repeated_line_is_kept_in_the_manifest_as_its_start_and_length(tmp_path: Path) -> None:
+    banner = " ".join(f"b{i}" for i in range(30_000))  # a line of about 200,000 characters on every page
+    texts = [f"{banner}\npage {i} own words here" for i in range(3)]
+    write_shards(pd.DataFrame({"id": ["a", "b", "c"], "text": texts}), tmp_path / "in", 1)
+    m = run(str(tmp_path / "in"), str(tmp_path / "out"), near=False, lines=True)
+    (top,) = m["lines"]["top_lines"]
+    assert top["count"] == 3 and top["characters"] == len(banner)
+    assert top["text"] == f"{banner[:80]}… ({len(banner):,} characters)"
+    assert len((tmp_path / "out" / "_dedup.json").read_text()) < 20_000
 
 
 def test_run_lines_decontaminates_first_and_finds_near_duplicates_in_the_new_texts(client, tmp_path: Path) -> None:

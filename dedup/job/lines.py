@@ -20,6 +20,7 @@ from dedup.job.routing import route_by
 from dedup.job.stage import Job, Step
 from dedup.partition import lines as part_lines
 from dedup.partition.features import ORIGINAL_TEXT
+from dedup.report.shown import shorten
 
 LINE_ROW_BYTES = 96
 """The estimate of a routed key row (two hashes, count, document, line, partition and an id)."""
@@ -75,14 +76,16 @@ class Lines(Step):
 def with_texts(top: list[dict[str, Any]], locate: Callable[[int], tuple[str, int]], text_column: str
                ) -> list[dict[str, Any]]:
     """The most repeated lines (`top_lines_table`) with their text, read from their first occurrence
-    (a few rows of the input), without the internal document key."""
+    (a few rows of the input), without the internal document key: a long line's start and its length
+    (`shorten`; a 141,700-character line was kept whole in the manifest)."""
     from dedup.job.page_data import read_texts
 
     if not top:
         return top
     texts = read_texts(np.unique(np.asarray([t["doc"] for t in top], np.int64)), locate, text_column)
-    return [{"count": t["count"], "text": texts[t["doc"]].split("\n")[t["line"]], "document": t["document"],
-             "line": t["line"]} for t in top]
+    lines = [texts[t["doc"]].split("\n")[t["line"]] for t in top]
+    return [{"count": t["count"], "text": shorten(line), "characters": len(line), "document": t["document"],
+             "line": t["line"]} for t, line in zip(top, lines)]
 
 
 def top_lines_table(top: pd.DataFrame | None) -> list[dict[str, Any]]:

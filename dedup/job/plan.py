@@ -455,6 +455,6 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     return Plan(input, output, found, schema, groups, prot, params, o.near, o.drop, id_column, o.text_column, o.components,
                 o.retries, o.features_on_disk, o.dry_run, o.write_report, staging, report, start, parts, o.skip_existing,
                 o.write_index, cluster_size=o.cluster_size, keep_by=keep, clusters=o.clusters,
-                max_contaminated=float(o.max_contaminated), hive=hive, lines=o.lines, min_copies=o.min_copies)
+                max_contaminated=float(o.max_contaminated) + 0.0, hive=hive, lines=o.lines, min_copies=o.min_copies)
 
 

@@ -319,7 +319,7 @@ def _lines_section(lines: dict[str, Any] | None) -> dict[str, Any] | None:
     bins = len(lines["share_histogram"])
     hist = [{"range": f"{100 * i // bins}-{100 * (i + 1) // bins}%", "documents": n}
             for i, n in enumerate(lines["share_histogram"])]
-    top = [{"count": t["count"], "text": shorten(t["text"]), "document": shorten(t["document"]), "line": t["line"]}
+    top = [{"count": t["count"], "text": t["text"], "document": shorten(t["document"]), "line": t["line"]}  # shortened
            for t in lines["top_lines"]]
     return {**lines, "top": top, "hist": hist}
 
