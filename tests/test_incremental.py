@@ -11,6 +11,7 @@ their output take part (a dropped duplicate's text is gone).
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -498,3 +499,31 @@ def test_an_earlier_output_patched_in_place_is_refused_naming_the_row(tmp_path: 
     assert got.returncode == 2, got.stderr
     assert f"row 3 of {shard.name} no longer holds the text its index describes" in got.stderr, got.stderr
     assert not (tmp_path / "r2").exists()
+
+
+def test_a_release_given_twice_or_with_its_copy_counts_once_and_is_shown_as_given(tmp_path: Path) -> None:
+    """`--against r1 --against r1-copy` (a copy: the same index) read the release twice and counted its
+    documents twice; now once, with a warning. The page and the manifest name an earlier output as the
+    user gave it (a relative path), not as an absolute one."""
+    import shutil
+
+    base = " ".join(f"word{i}" for i in range(40))
+    first = pd.DataFrame({"id": ["a0", "a1", "a2"], "text": [base, "other words entirely here now", "a third page"]})
+    second = pd.DataFrame({"id": ["b0", "b1"], "text": [base + " again", "a brand new page of words"]})
+    write_shards(first, tmp_path / "crawl1", 1)
+    write_shards(second, tmp_path / "crawl2", 1)
+
+    def dedup(*args: str) -> subprocess.CompletedProcess[str]:
+        got = run_command([*DEDUP, "run", *args, "--threads", "1"], timeout=120, cwd=tmp_path)
+        assert got.returncode == 0, got.stderr
+        return got
+
+    dedup("crawl1", "r1")
+    shutil.copytree(tmp_path / "r1", tmp_path / "r1-copy")
+    got = dedup("crawl2", "r2", "--against", "r1", "--against", "r1-copy", "--against", "r1")
+    assert "--against r1-copy is a copy of r1 (the same release): read once" in got.stderr
+    m = json.loads((tmp_path / "r2" / "_dedup.json").read_text())
+    assert m["indexed_documents"] == 3 and m["against"] == ["r1"]
+    assert [e["output"] for e in m["earlier_outputs"]] == ["r1"] and m["near_duplicates_of_indexed"] == 1
+    page = (tmp_path / "r2" / "_report" / "index.html").read_text()
+    assert "<td>r1: 3 indexed documents" in page and str(tmp_path) not in page

@@ -110,8 +110,8 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
         "what_if": report.what_if or None,
         "warnings": warnings_of(report, params, plan.max_contaminated, plan.near), "max_contaminated": plan.max_contaminated,
         "report": removed.PAGE if plan.write_report else None,
-        "against": [p.output for p in plan.against], "indexed_documents": report.indexed_documents,
-        "earlier_outputs": [{"output": p.output, "indexed_documents": p.documents,
+        "against": [p.shown for p in plan.against], "indexed_documents": report.indexed_documents,
+        "earlier_outputs": [{"output": p.shown, "indexed_documents": p.documents,
                              "near_duplicates": report.near_duplicates_by_output[i]
                              if i < len(report.near_duplicates_by_output) else None}
                             for i, p in enumerate(plan.against)],

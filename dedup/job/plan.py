@@ -222,7 +222,7 @@ def _check_positions(found: Sequence[shards_mod.Shard], parts: Sequence[IndexPar
         same = sorted(names & index.shard_names(part))
         if same:
             raise UsageError(
-                f"--against {part.output}: this input has no id column, so a document's id is FILE#ROW, and "
+                f"--against {part.shown}: this input has no id column, so a document's id is FILE#ROW, and "
                 f"{len(same)} of its file name(s) are those of that output ({', '.join(same[:3])}"
                 f"{', ...' if len(same) > 3 else ''}): their ids would repeat. Put this run's files under a "
                 "directory of their own inside INPUT (e.g. INPUT/2026-12/part-0.parquet), or name a column of ids "
@@ -423,7 +423,7 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
         if id_column == shards_mod.POSITION_ID:
             _check_positions(found, parts)
         if o.clusters == "centred" and (old := [p for p in parts if p.format < index.ROOTS_LOCATED]):
-            raise UsageError(f"--clusters centred --against: the index of {old[0].output} (format {old[0].format}, an "
+            raise UsageError(f"--clusters centred --against: the index of {old[0].shown} (format {old[0].format}, an "
                              "older dedup) does not record where its near duplicates' roots are, so a new document "
                              "cannot be scored against the document kept in their place. Run that output again with "
                              "this dedup, or use --clusters connected.")

@@ -31,6 +31,7 @@ references the earlier indexes in its index.json instead of copying them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -132,6 +133,14 @@ class IndexPart:
     format: int = FORMAT
     sources: tuple[str, ...] = ()
     """The uids of the earlier indexes this one references, in the order its run laid them out."""
+    given: str | None = None
+    """The output as the user named it with --against (None for one found through another's references)."""
+
+    @property
+    def shown(self) -> str:
+        """The output as the user named it, else where it is: for messages and the page (the workers read
+        `output`, an absolute path or a URL)."""
+        return self.given if self.given is not None else self.output
 
     def as_source(self, at: str) -> dict[str, Any]:
         """How an index at `at` records this one: where it is, and (both local) the relative path."""
@@ -208,7 +217,7 @@ def _read_meta(url: str, what: str) -> dict[str, Any] | None:
 
 def shard_names(part: IndexPart) -> set[str]:
     """The shards of the output `part` indexes, as named in it (relative to that OUTPUT), from its index.json."""
-    meta = _read_meta(part.url, f"--against {part.output}") or {}
+    meta = _read_meta(part.url, f"--against {part.shown}") or {}
     return {f for f in meta.get("files", {}) if not f.startswith("_")}
 
 
@@ -246,8 +255,13 @@ def load(previous: Sequence[str], params: Params, id_type: pa.DataType, notes: l
             raise UsageError(f"--against {out}: its ids are {meta.get('id_kind')}s ({meta.get('id_type')}), this "
                              f"input's are {id_kind(id_type)}s ({id_type}); ids must be of one kind to be compared.")
         _verified(url, meta, f"--against {out}", found_notes)
+        same = next((o for o, (u, m) in metas.items() if m.get("uid") == meta.get("uid")), None)
+        if same is not None:  # the same output twice, or a copy of it: its documents count once
+            if index_url(same) != url:
+                found_notes.append(f"--against {out} is a copy of {same} (the same release): read once")
+            continue
         metas[out] = (url, meta)
-        found.setdefault(url, _part(url, meta))
+        found.setdefault(url, dataclasses.replace(_part(url, meta), given=out))
     given = {p.uid: p for p in found.values()}
     for out, (url, meta) in metas.items():
         for src in meta.get("sources", []):

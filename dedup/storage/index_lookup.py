@@ -401,7 +401,7 @@ def _check_texts(part: IndexPart, rows: pa.Table, texts: pa.Array) -> None:
     if len(bad_rows):
         at = int(bad_rows[0])
         more = f", and {len(bad_rows) - 1} more of the rows read" if len(bad_rows) > 1 else ""
-        raise UsageError(f"--against {part.output}: row {rows.column('row')[at].as_py()} of "
+        raise UsageError(f"--against {part.shown}: row {rows.column('row')[at].as_py()} of "
                          f"{rows.column('file')[at].as_py()} no longer holds the text its index describes (the file "
                          f"was changed in place since dedup wrote it{more}). {DAMAGED}")
 
