@@ -527,3 +527,20 @@ def test_a_release_given_twice_or_with_its_copy_counts_once_and_is_shown_as_give
     assert [e["output"] for e in m["earlier_outputs"]] == ["r1"] and m["near_duplicates_of_indexed"] == 1
     page = (tmp_path / "r2" / "_report" / "index.html").read_text()
     assert "<td>r1: 3 indexed documents" in page and str(tmp_path) not in page
+
+
+def test_a_release_at_another_threshold_is_refused_with_the_banding_that_works(tmp_path: Path) -> None:
+    """A release made at 0.8 (16 x 8), compared at 0.7, whose banding follows the threshold (21 x 6): the
+    message named a banding the user never gave. It now says why, and the flags it suggests work."""
+    base = " ".join(f"word{i}" for i in range(40))
+    write_shards(pd.DataFrame({"id": ["a0", "a1"], "text": [base, "other words"]}), tmp_path / "crawl1", 1)
+    write_shards(pd.DataFrame({"id": ["b0"], "text": [base + " again"]}), tmp_path / "crawl2", 1)
+    first = run_command([*DEDUP, "run", "crawl1", "r1", "--threads", "1"], timeout=120, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    cmd = [*DEDUP, "run", "crawl2", "r2", "--threads", "1", "--threshold", "0.7", "--against", "r1"]
+    refused = run_command(cmd, timeout=120, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert "the banding follows --threshold (0.7 here" in refused.stderr
+    flags = refused.stderr.rsplit("give its banding: ", 1)[1].strip().rstrip(".").split()
+    assert flags == ["--num-bands", "16", "--rows-per-band", "8"]
+    assert run_command([*cmd, *flags], timeout=120, cwd=tmp_path).returncode == 0

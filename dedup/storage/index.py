@@ -169,8 +169,26 @@ def _part(url: str, meta: dict[str, Any]) -> IndexPart:
                      format=int(meta["format"]), sources=tuple(str(s["uid"]) for s in meta.get("sources", [])))
 
 
-def _describe(p: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={p.get(k)!r}" for k in INDEX_PARAMS)
+def _describe(p: dict[str, Any], keys: Sequence[str] = INDEX_PARAMS) -> str:
+    return ", ".join(f"{k}={p.get(k)!r}" for k in keys)
+
+
+FLAGS = {"num_perm": "--num-perm", "num_bands": "--num-bands", "rows_per_band": "--rows-per-band",
+         "shingle_size": "--shingle-size", "shingle_unit": "--shingle-unit", "seed": "--seed"}
+"""The command-line flag of each index parameter."""
+
+
+def _mismatch(out: str, theirs: dict[str, Any], ours: dict[str, Any], threshold: float) -> str:
+    """Why an earlier output's index cannot be compared with this run: the parameters that differ, and
+    the flags that match them. A banding differing alone is most often the one that follows --threshold."""
+    differ = [k for k in INDEX_PARAMS if theirs.get(k) != ours.get(k)]
+    flags = " ".join(f"{FLAGS[k]} {theirs.get(k)}" for k in differ if k in FLAGS)
+    said = (f"--against {out}: its index was made with {_describe(theirs, differ)}; this run has "
+            f"{_describe(ours, differ)}. ")
+    if set(differ) <= {"num_bands", "rows_per_band"}:
+        return (said + f"Given neither --num-bands nor --rows-per-band, the banding follows --threshold ({threshold:g} "
+                f"here, `dedup tune` shows it); to compare with that output, give its banding: {flags}.")
+    return said + f"Run with the index's parameters ({flags}), or without --against."
 
 
 def index_url(output: str) -> str:
@@ -249,8 +267,7 @@ def load(previous: Sequence[str], params: Params, id_type: pa.DataType, notes: l
             raise UsageError(f"--against {out}: index format {meta.get('format')!r}, this dedup reads "
                              f"{' and '.join(map(str, FORMATS_READ))}.")
         if meta.get("fingerprint") != index_fingerprint(params):
-            raise UsageError(f"--against {out}: its index was made with {_describe(meta.get('params', {}))}; this run "
-                             f"has {_describe(want)}. Run with the index's parameters, or without --against.")
+            raise UsageError(_mismatch(out, meta.get("params", {}), want, params.threshold))
         if meta.get("id_kind") != id_kind(id_type):
             raise UsageError(f"--against {out}: its ids are {meta.get('id_kind')}s ({meta.get('id_type')}), this "
                              f"input's are {id_kind(id_type)}s ({id_type}); ids must be of one kind to be compared.")
