@@ -544,3 +544,19 @@ def test_a_release_at_another_threshold_is_refused_with_the_banding_that_works(t
     flags = refused.stderr.rsplit("give its banding: ", 1)[1].strip().rstrip(".").split()
     assert flags == ["--num-bands", "16", "--rows-per-band", "8"]
     assert run_command([*cmd, *flags], timeout=120, cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize(("made_by", "reason"), [
+    (("run", "--dry-run"), "it is a --dry-run's output"),
+    (("lines",), "it was made by `dedup lines`, which finds no near duplicates"),
+    (("decontaminate", "--protected", "eval.txt", "--max-contaminated", "1"), "it was made by `dedup decontaminate`"),
+    (("run", "--no-index"), "it was made with --no-index")])
+def test_an_earlier_output_without_an_index_is_refused_with_its_own_reason(tmp_path: Path, made_by: tuple[str, ...],
+                                                                             reason: str) -> None:
+    write_shards(pd.DataFrame({"id": ["a0", "a1"], "text": ["some words here", "other words"]}), tmp_path / "c1", 1)
+    write_shards(pd.DataFrame({"id": ["b0"], "text": ["new words"]}), tmp_path / "c2", 1)
+    (tmp_path / "eval.txt").write_text("an eval question")
+    first = run_command([*DEDUP, made_by[0], "c1", "r1", "--threads", "1", *made_by[1:]], timeout=120, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    got = run_command([*DEDUP, "run", "c2", "r2", "--threads", "1", "--against", "r1"], timeout=120, cwd=tmp_path)
+    assert got.returncode == 2 and f"--against r1: it has no _index/index.json: {reason}" in got.stderr, got.stderr

@@ -256,13 +256,13 @@ def load(previous: Sequence[str], params: Params, id_type: pa.DataType, notes: l
     want = index_params(params)
     for out in previous:
         fs, root = fsspec_root(out)
-        if read_manifest(fs, root) is None:
+        manifest = read_manifest(fs, root)
+        if manifest is None:
             raise UsageError(f"--against {out}: not a dedup output (no {MANIFEST}); give the OUTPUT of an earlier run.")
         url = index_url(out)
         meta = _read_meta(url, f"--against {out}")
         if meta is None:
-            raise UsageError(f"--against {out}: it has no {INDEX_DIR}/{INDEX_META} (made with --no-index, with "
-                             "decontaminate only, or by an older dedup); run it again to build one.")
+            raise UsageError(f"--against {out}: it has no {INDEX_DIR}/{INDEX_META}: {_why_no_index(manifest)}.")
         if meta.get("format") not in FORMATS_READ:
             raise UsageError(f"--against {out}: index format {meta.get('format')!r}, this dedup reads "
                              f"{' and '.join(map(str, FORMATS_READ))}.")
@@ -314,6 +314,19 @@ def _source(url: str, src: dict[str, Any], what: str, notes: list[str]) -> tuple
     raise UsageError(f"{what}: the earlier index it builds on, {src['url']}, {state}. If that output moved, give its "
                      f"new place with --against too (e.g. --against NEW_PLACE_OF_{posixpath.basename(output)}); "
                      "otherwise run without --against.")
+
+
+def _why_no_index(manifest: dict[str, Any]) -> str:
+    """Why an earlier output has no index, from its manifest, and what to give instead."""
+    if manifest.get("dry_run"):
+        return "it is a --dry-run's output (a manifest and a page, no shards); give the output of the run without --dry-run"
+    if not manifest.get("near_dedup", True):
+        made = "`dedup lines`" if manifest.get("lines") else "`dedup decontaminate`"
+        return (f"it was made by {made}, which finds no near duplicates and writes no index; near-dedup it first "
+                "(`dedup near` on it) and give that output")
+    if manifest.get("index") is None:
+        return "it was made with --no-index; run it again without --no-index to build one"
+    return "it was made by an older dedup; run it again to build one"
 
 
 def id_kind(id_type: pa.DataType) -> str:
