@@ -188,3 +188,19 @@ def test_keep_by_a_hive_key_of_the_input_directories(client, corpus_frame: pd.Da
                           timeout=120)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "is a Hive key of the input's directories" in refused.stderr and not (tmp_path / "by-id").exists()
+
+
+def test_a_hive_key_that_is_also_a_file_column_says_which_is_read(tmp_path: Path) -> None:
+    """`lang=fr/` directories whose files hold a `lang` column too: --keep-by reads the files' column (as
+    pyarrow does) and says so; the directories' values were ignored silently."""
+    base = " ".join(f"word{i}" for i in range(40))
+    src = tmp_path / "in"
+    (src / "lang=fr").mkdir(parents=True)
+    pd.DataFrame({"id": ["a", "b"], "text": [base, base + " more"], "lang": ["zz", "aa"]}).to_parquet(
+        src / "lang=fr" / "part-0.parquet", index=False)
+    got = run_command([*DEDUP, "near", str(src), str(tmp_path / "out"), "--keep-by", "lang:max", "--threads", "1"],
+                      timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert "--keep-by lang: the files' own column 'lang' is read; the directories' lang=... values" in got.stderr
+    out = pd.read_parquet(tmp_path / "out" / "lang=fr" / "part-0.parquet")
+    assert out["id"].tolist() == ["a"]  # "zz" beats "aa": the files' values decided

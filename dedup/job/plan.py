@@ -410,6 +410,9 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     if o.cluster_size and shards_mod.SIZE_COLUMN in schema.names:
         raise UsageError(f"The input already has a {shards_mod.SIZE_COLUMN!r} column; rename or drop it first.")
     keep = _keep_by(o.keep_by, pa.schema([*schema, *hive]), o.near) if o.keep_by else None
+    if keep is not None and keep[0] in shards_mod.shadowed_keys(found, schema):
+        log.info("--keep-by %s: the files' own column %r is read; the directories' %s=... values, a Hive key of the "
+                 "same name, are not (as pyarrow and pandas read them)", keep[0], keep[0], keep[0])
     if o.near and params.shingle_unit == "word":
         _warn_unspaced(found, o.text_column, report)
     parts: list[IndexPart] = []

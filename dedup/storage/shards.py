@@ -160,6 +160,13 @@ def hive_schema(shards: Sequence[Shard], schema: pa.Schema) -> pa.Schema:
                       for k, vs in found.items() if k not in schema.names])
 
 
+def shadowed_keys(shards: Sequence[Shard], schema: pa.Schema) -> list[str]:
+    """The Hive keys of the input's directories that are also columns of its files: the files' columns
+    are read, as pyarrow and pandas read them, and the directories' values are not."""
+    keys = {key for s in shards for key in hive_values(s.name)}
+    return sorted(k for k in keys if k in schema.names)
+
+
 def hive_column(shard: Shard, column: str, t: pa.DataType, rows: int) -> pa.Array:
     """`rows` values of the Hive key `column` for the rows of `shard` (its value in the file's path,
     of type `t`), or nulls where the path has none."""
