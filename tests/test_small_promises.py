@@ -143,6 +143,23 @@ def test_every_form_of_input_path(tmp_path: Path, corpus_frame: pd.DataFrame) ->
     assert (tmp_path / "out2" / "a::b.parquet").exists()
 
 
+def test_a_glob_of_directories_reads_each_as_a_tree(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
+    """`data/lang=[jz]*` matches directories: each is read as a directory is (it was refused, "no input
+    files"), with its Hive key in the output's names; `lang=en/` is left out."""
+    f = corpus_frame[["id", "text"]]
+    for i, lang in enumerate(("ja", "zh", "en")):
+        (tmp_path / "data" / f"lang={lang}" / "_meta").mkdir(parents=True)
+        f.iloc[100 * i:100 * (i + 1)].to_parquet(tmp_path / "data" / f"lang={lang}" / "part-0.parquet", index=False)
+        (tmp_path / "data" / f"lang={lang}" / "_meta" / "skip.parquet").write_bytes(b"not read")
+    res = _run("near", str(tmp_path / "data" / "lang=[jz]*"), str(tmp_path / "out"), "--threads", "1")
+    assert res.returncode == 0, res.stderr
+    m = json.loads((tmp_path / "out" / "_dedup.json").read_text())
+    assert m["input_rows"] == 200
+    shards = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.parquet")
+                    if not str(p.relative_to(tmp_path / "out")).startswith("_"))
+    assert shards == ["lang=ja/part-0.parquet", "lang=zh/part-0.parquet"]
+
+
 def test_local_url_output_with_an_index_and_hive_directories(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
     f = corpus_frame[["id", "text"]]
     for lang, part in (("en", f.iloc[:300]), ("fr", f.iloc[300:450])):

@@ -97,30 +97,41 @@ def discover(path: str) -> list[str]:
     if is_url(path):
         fs, root = fsspec.core.url_to_fs(path)
         proto = path.split("://", 1)[0]
+
+        def tree(top: str) -> list[str]:
+            return [f for f in fs.find(top) if not any(p.startswith((".", "_")) for p in f[len(top):].split("/") if p)]
+
         if fs.isdir(root):
-            found = [f for f in fs.find(root) if not any(p.startswith((".", "_")) for p in f[len(root):].split("/") if p)]
+            found = tree(root)
         else:
-            found = fs.glob(root) if any(c in root for c in "*?[") else ([root] if fs.exists(root) else [])
+            matched = fs.glob(root) if any(c in root for c in "*?[") else ([root] if fs.exists(root) else [])
+            found = [f for m in matched for f in (tree(m) if fs.isdir(m) else [m])]  # a glob of directories too
             if not found:
                 raise UsageError(f"No input files at {path!r}.")
-        return sorted(f"{proto}://{f}" for f in found)
+        return sorted(set(f"{proto}://{f}" for f in found))
     path = path.removeprefix("file://")
     if any(c in path for c in "*?[") and not os.path.exists(path):  # `corpus[2024]` is a directory's name
-        files = sorted(f for f in glob.glob(path, recursive=True) if os.path.isfile(f))
+        matched = glob.glob(path, recursive=True)  # files, and directories (`data/lang=[jz]*`) read as trees
+        files = sorted({f for m in matched for f in (_tree(m) if os.path.isdir(m) else [m] if os.path.isfile(m) else [])})
         if not files:
             raise UsageError(f"No input files match {path!r}.")
         return files
     if os.path.isdir(path):
-        return sorted(
-            os.path.join(dirpath, name)
-            for dirpath, _dirs, names in os.walk(path, followlinks=True)
-            for name in names
-            if not name.startswith((".", "_")) and not any(part.startswith((".", "_")) for part in
-                                                           Path(os.path.relpath(dirpath, path)).parts)
-        )
+        return _tree(path)
     if os.path.isfile(path):
         return [path]
     raise UsageError(f"Input {path!r} does not exist.")
+
+
+def _tree(path: str) -> list[str]:
+    """The files below a local directory, sorted, but those under a name starting with `.` or `_`."""
+    return sorted(
+        os.path.join(dirpath, name)
+        for dirpath, _dirs, names in os.walk(path, followlinks=True)
+        for name in names
+        if not name.startswith((".", "_")) and not any(part.startswith((".", "_")) for part in
+                                                       Path(os.path.relpath(dirpath, path)).parts)
+    )
 
 
 HIVE_DIR = re.compile(r"[^/=]+=[^/]*")
