@@ -166,6 +166,9 @@ def test_interrupts_report_what_output_holds(bigger_corpus: Path, first_output: 
         assert _snapshot(out) == before  # no partial shards, nothing replaced
         if sig != signal.SIGKILL:
             assert "interrupted; OUTPUT was left as it was" in stderr
+            # said as the signal arrives, before the tasks are ended (Ctrl-C said nothing for 14 s)
+            said = err.find("dedup: interrupt received: stopping the run's tasks; OUTPUT is left as it was")
+            assert 0 <= said < err.find("interrupted; OUTPUT was left as it was"), err
             # the lock is released; the staging directory stays, with the stages finished, to resume
             # from, unless the interrupt came once they were no longer needed (the write done)
             left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
