@@ -212,12 +212,15 @@ def start_scheduler(directory: Path) -> tuple[subprocess.Popen[bytes], Path]:
     sched_file = directory / "scheduler.json"
     proc = start_dask("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file",
                       str(sched_file))
-    deadline = time.time() + 60
-    while not sched_file.exists():
-        if time.time() > deadline:
-            stop_processes([proc])
-            raise RuntimeError("dask scheduler did not start")
-        time.sleep(0.2)
+    try:  # an interrupt (Ctrl-C) while it starts stops it too: nothing else knows of it yet
+        deadline = time.time() + 60
+        while not sched_file.exists():
+            if time.time() > deadline:
+                raise RuntimeError("dask scheduler did not start")
+            time.sleep(0.2)
+    except BaseException:
+        stop_processes([proc])
+        raise
     return proc, sched_file
 
 
@@ -302,11 +305,24 @@ def dask_processes(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytes
     with open(directory / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not pids.exists():
-            scheduler, sched_file = start_scheduler(directory)
-            worker = start_dask("worker", "--scheduler-file", str(sched_file), "--nworkers", "2", "--nthreads", "1",
-                                "--no-dashboard", "--host", "127.0.0.1")
-            pids.write_text(f"{worker.pid} {scheduler.pid}\n")  # newest first, as stop_processes stops them
-            _started.extend([scheduler, worker])
+            # each process recorded as it starts (`pids`: newest first, the order they are stopped in), so
+            # that an interrupt at any point leaves none running: the process that started the pytest
+            # processes stops what `pids` names, and this one stops what it started if it is interrupted
+            started: list[subprocess.Popen[bytes]] = []
+            try:
+                scheduler, sched_file = start_scheduler(directory)
+                started.append(scheduler)
+                _started.append(scheduler)
+                pids.write_text(f"{scheduler.pid}\n")
+                worker = start_dask("worker", "--scheduler-file", str(sched_file), "--nworkers", "2", "--nthreads", "1",
+                                    "--no-dashboard", "--host", "127.0.0.1")
+                started.append(worker)
+                _started.append(worker)
+                pids.write_text(" ".join(str(p.pid) for p in reversed(started)) + "\n")
+            except BaseException:
+                stop_processes(started)
+                pids.unlink(missing_ok=True)
+                raise
     return sched_file
 
 
