@@ -287,7 +287,8 @@ class _Interrupts:
                 log.warning("interrupt received after OUTPUT was replaced: finishing")
             self.ignored = True
             return
-        if not INTERRUPT_REQUESTED.is_set():  # said at once: ending the tasks may take a while (up to a minute)
+        if not INTERRUPT_REQUESTED.is_set() and not STALLS:  # the user's (a stall's is the watchdog's): said at once,
+            # as ending the tasks may take a while (up to a minute)
             with contextlib.suppress(OSError):  # os.write: safe in a handler, where logging's lock may be held
                 os.write(2, b"dedup: interrupt received: stopping the run's tasks; OUTPUT is left as it was\n")
         INTERRUPT_REQUESTED.set()

@@ -40,8 +40,11 @@ def test_memory_paused_workers_are_named_within_a_minute_then_fail_the_run(tmp_p
             p.kill()
         stop_processes(procs)
     assert got.returncode == 1, got.stderr
-    warned = [line for line in got.stderr.splitlines() if " WARNING no progress for " in line]
-    assert warned and "paused" in warned[0] and "memory limit" in warned[0], got.stderr
+    # a warning names the paused workers (at load, one may come first that sees the workers idle before
+    # they pause: the modules they load take longer), and so does the error that ends the run
+    warned = [line for line in got.stderr.splitlines() if " WARNING no progress for " in line and "paused" in line]
+    assert warned and "memory limit" in warned[0], got.stderr
+    assert "interrupt received" not in got.stderr  # the watchdog's own interrupt is no user's Ctrl-C
     last = got.stderr.strip().splitlines()[-1]
     assert last.startswith("dedup: error: no progress for") and "paused" in last and "--stall-timeout 6" in last, last
     assert "Traceback" not in got.stderr and took < 180
