@@ -3,6 +3,7 @@ right document's."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -10,14 +11,16 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from dedup.config import CLIENT_COMPONENT_EDGES, Params
+from dedup.config import WHAT_IF_CLIENT_EDGES, Params
 from dedup.core.lsh import probability
 from dedup.job.checkpoints import Through, as_is
+from dedup.job.compute import compute
 from dedup.job.features import read_for, without_signatures
 from dedup.job.graphs import persist, persist_counting, persisted_bytes
 from dedup.job.page_data import NEAR_PAIRS
 from dedup.job.routing import ROWS_META, route, row_count
 from dedup.job.stage import Job, Step
+from dedup.job.what_if import removed_on_cluster
 from dedup.partition import keyspace
 from dedup.partition.confirm import (
     GRAPH_META,
@@ -46,8 +49,8 @@ class ConfirmCounts:
     similarity_histogram: list[int]
     near_threshold: pd.DataFrame | None = None
     """With `near_pairs`: the candidate pairs nearest the threshold on each side (`nearest_threshold`)."""
-    what_if: pd.DataFrame | None = None
-    """With `what_if`: the scored pairs some threshold of the what-if table would join (`what_if_edges`)."""
+    what_if: list[int] | None = None
+    """With `what_if`: the documents a run at each of its thresholds would remove (`removed_at`)."""
 
 SIMILARITY_BINS = 50
 """Bins of [0, 1] for the similarity histogram of candidate pairs (the report's plot)."""
@@ -55,8 +58,8 @@ SIMILARITY_BINS = 50
 
 def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, text_column: str, params: Params,
             n_new: int | None = None, placement: keyspace.Placement = keyspace.OWN, edge_rows: int | None = None,
-            near_pairs: int = 0, what_if: float | None = None, through: Through = as_is
-            ) -> tuple[dd.DataFrame, dd.DataFrame, ConfirmCounts]:
+            near_pairs: int = 0, what_if: Sequence[float] = (), first_indexed: int = keyspace.NO_INDEX,
+            through: Through = as_is) -> tuple[dd.DataFrame, dd.DataFrame, ConfirmCounts]:
     """Scored and confirmed pairs, found on the workers: each distinct candidate pair goes to its left
     document's partition (collecting its signature, and for exact Jaccard its shingle hashes),
     then to its right document's, where it is scored. Same-text edges of buckets travel the same
@@ -67,9 +70,11 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     `n_new` on are earlier indexes' documents (never paired with each other), placed by `placement`.
     `edge_rows`: the bucket edges' rows (`buckets` counts them), which bound both hops' rows: small
     ones take `route_small`. `near_pairs`: also find that many candidate pairs nearest the threshold
-    on each side, in the same round trip as the counts (the page's). `what_if`: the lowest threshold of
-    the page's what-if table: the pairs any threshold from it up would join come back in that round
-    trip too (`what_if_edges`; only when the bucket edges, which bound them, fit on the client)."""
+    on each side, in the same round trip as the counts (the page's). `what_if`: the thresholds of the
+    page's what-if table: the pairs any of them would join (`what_if_edges`) are counted in that round
+    trip too, and what each threshold would remove is counted from them on the client while they are
+    at most `WHAT_IF_CLIENT_EDGES`, else on the cluster (`dedup.job.what_if`): never a corpus's worth of
+    pairs on the client. `first_indexed`: the first key of the earlier indexes' documents."""
     n_new = feat.npartitions if n_new is None else n_new
     routes = edges.map_partitions(confirm_routes, meta=ROUTED_META)
     scored = through("scored", score_pairs(routes, feat, texts, text_column=text_column, params=params,
@@ -83,12 +88,22 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     if near_pairs:
         lazy.append(scored.map_partitions(nearest_threshold, column, params.threshold, near_pairs, n_new,
                                           meta=NEAR_META))
-    wanted = what_if is not None and edge_rows is not None and edge_rows <= CLIENT_COMPONENT_EDGES
-    if wanted:
-        lazy.append(dd.map_partitions(what_if_edges, scored, without_signatures(feat), n_new, column, what_if, meta=WHAT_IF_META,
-                                      align_dataframes=False))
-    (scored, graph), (c, s, *rest) = persist_counting([scored, graph], lazy)  # one round trip
-    near, weighed = (rest[:1] if near_pairs else []), (rest[-1] if wanted else None)
+    frames = [scored, graph]
+    if what_if:
+        frames.append(dd.map_partitions(what_if_edges, scored, without_signatures(feat), n_new, column, min(what_if),
+                                        meta=WHAT_IF_META, align_dataframes=False))
+        lazy.append(frames[-1].map_partitions(row_count, meta=ROWS_META))
+    (scored, graph, *weighed), (c, s, *rest) = persist_counting(frames, lazy)  # one round trip
+    near = rest[:1] if near_pairs else []
+    removed = None
+    if what_if:
+        rows = int(rest[-1]["n"].sum())
+        if rows <= WHAT_IF_CLIENT_EDGES:
+            (pairs,) = compute(weighed[0])
+            removed = removed_at(pairs, what_if, params.threshold, first_indexed)
+        else:
+            removed = removed_on_cluster(weighed[0], rows, what_if, params.threshold, first_indexed, n_new)
+        del weighed
     nearest = None
     if near:
         nearest = near[0].sort_values(["distance", "left", "right"], kind="stable").groupby(
@@ -100,7 +115,7 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
                            same_text_pairs=edges_total - confirmed, graph_edges=edges_total,
                            similarity_histogram=[int(x) for x in hist],
                            near_threshold=nearest.reset_index(drop=True) if nearest is not None else None,
-                           what_if=weighed)
+                           what_if=removed)
     return graph, scored, counts
 
 
@@ -154,11 +169,11 @@ class Confirm(Step):
         job.graph, job.scored, conf = confirm(job.edges, job.feat_all, job.texts, text_column=s.text_column,
                                               params=s.params, n_new=job.feat.npartitions, placement=job.placement,
                                               edge_rows=job.edge_rows, near_pairs=NEAR_PAIRS if s.details else 0,
-                                              what_if=thresholds[0] if s.details else None,
+                                              what_if=thresholds if s.details else (), first_indexed=job.first_indexed,
                                               through=partial(job.kept.through, self.name))
         if conf.what_if is not None:
             p = s.params
-            removed = removed_at(conf.what_if, thresholds, p.threshold, job.first_indexed)
+            removed = conf.what_if
             report.what_if = [{"threshold": t, "removed": r,
                                "candidate_at": round(float(probability(t, p.num_bands, p.rows_per_band)), 4)}
                               for t, r in zip(thresholds, removed)]

@@ -63,3 +63,22 @@ def removed_at(edges: pd.DataFrame, thresholds: Sequence[float], run_threshold: 
         indexed = np.bincount(which, weights=(~new).astype(np.float64)) > 0
         out.append(int(members.sum() - (~indexed).sum()))
     return out
+
+
+def threshold_edges(edges: pd.DataFrame, threshold: float, run_threshold: float) -> pd.DataFrame:
+    """The what-if pairs a run at `threshold` would join (at the run's own, exactly its confirmed ones),
+    as (left, right) of negated keys: components then take the largest key of each as their label, an
+    earlier output's document when they hold one (`new_leaves`)."""
+    score, confirmed = edges["score"].to_numpy(np.float32), edges["confirmed"].to_numpy(bool)
+    use = confirmed if threshold == run_threshold else score >= np.float32(threshold)
+    return pd.DataFrame({"left": -edges["left"].to_numpy(np.int64)[use], "right": -edges["right"].to_numpy(np.int64)[use]})
+
+
+def new_leaves(labels: pd.DataFrame, first_indexed: int) -> pd.DataFrame:
+    """Of (doc, label) rows of negated keys (`threshold_edges`' components, rows routed by doc): the
+    distinct documents of this run that are not their component's label. A component's label is its
+    largest key, an earlier output's document when it holds one: then every document of this run in it
+    is removed, else all but the label, which is what `removed_at` counts."""
+    doc, label = labels["doc"].to_numpy(np.int64), labels["label"].to_numpy(np.int64)
+    leaf = np.unique(doc[(doc != label) & (-doc < first_indexed)])
+    return pd.DataFrame({"n": [len(leaf)]})
