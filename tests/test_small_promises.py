@@ -230,3 +230,30 @@ def test_a_run_left_by_other_code_is_not_resumed(tmp_path: Path, caplog: pytest.
     assert upgraded.resumed_from is None and "dedup's code (an upgrade) changed; starting over" in caplog.text
     upgraded.discard()
     upgraded.close()
+
+
+def test_tune_then_publish_reuses_the_dry_runs_stages(tmp_path: Path, corpus_frame: pd.DataFrame) -> None:
+    """`--dry-run`, then the same command without it: no --overwrite needed (OUTPUT holds only the dry
+    run's report), every stage the dry run finished is reused, and the bytes are a direct run's. The
+    stages wait in a hidden sibling of OUTPUT, never in the dry run's OUTPUT; any other run removes them."""
+    from tests.conftest import parquet_digests
+
+    src = write_shards(corpus_frame, tmp_path / "in", 2)
+    out = tmp_path / "out"
+    dry = _run("run", str(src), str(out), "--threads", "2", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert not (out / "_index").exists() and not list(out.glob("*.parquet"))
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith(".out.dedup-tmp-")]) == 1
+    real = _run("run", str(src), str(out), "--threads", "2")
+    assert real.returncode == 0, real.stderr
+    assert "resuming: reusing features, buckets, confirm, components, survivors, roots from the dry run of" in real.stderr
+    direct = _run("run", str(src), str(tmp_path / "direct"), "--threads", "2")
+    assert direct.returncode == 0, direct.stderr
+    assert parquet_digests(out) == parquet_digests(tmp_path / "direct") and len(parquet_digests(out)) > 4
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+    # a dry run followed by another command: nothing reused, nothing left behind
+    assert _run("run", str(src), str(tmp_path / "o2"), "--threads", "2", "--dry-run").returncode == 0
+    other = _run("run", str(src), str(tmp_path / "o2"), "--threads", "2", "--threshold", "0.9")
+    assert other.returncode == 0 and "reusing" not in other.stderr, other.stderr
+    assert "not resuming the dry run of" in other.stderr and "the parameters changed" in other.stderr
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o2.")]

@@ -50,13 +50,14 @@ def write_outputs(plan: Plan) -> report_page.Extras:
                                                     params.num_perm)
     kept = plan.kept = Checkpoints(staging, ORDER)
     if kept.reused_stages:
-        log.info("resuming: reusing %s from the interrupted run of %s", ", ".join(kept.reused_stages),
-                 staging.resumed_from)
+        log.info("resuming: reusing %s from the %s of %s", ", ".join(kept.reused_stages),
+                 "dry run" if staging.from_dry_run else "interrupted run", staging.resumed_from)
     elif staging.resumed_from is not None:
         log.info("resuming: the interrupted run of %s finished no stage; starting from the first",
                  staging.resumed_from)
     try:
-        decided = analyse(ddf, _settings(plan, kept, write_index), report, kept)
+        # the stages write their parts of the index in a dry run too: the run without --dry-run reuses them
+        decided = analyse(ddf, _settings(plan, kept, plan.write_index and plan.near), report, kept)
         if plan.lines:
             report.top_lines = with_texts(report.top_lines, write.locator(groups), plan.text_column)
         # reused whole, or else the partitions an interrupted run wrote (kept as each finished), and the rest written

@@ -21,7 +21,7 @@ import pandas as pd
 
 from dedup.config import CLUSTER_MODES, MAX_CONTAMINATED, Params
 from dedup.core.decontam import ProtectedNgrams
-from dedup.job.analysis import analyse, check_columns
+from dedup.job.analysis import WRITE, analyse, check_columns
 from dedup.job.checkpoints import STAGES_DIR
 from dedup.job.compute import settle
 from dedup.job.manifest import build_manifest, dropped_near
@@ -33,6 +33,7 @@ from dedup.report import page as report_page
 from dedup.report import removed
 from dedup.storage import io
 from dedup.storage import shards as shards_mod
+from dedup.storage.index import INDEX_DIR
 from dedup.storage.protected import PathLike, read_protected
 from dedup.storage.safety import MANIFEST, UsageError
 from dedup.storage.staging import deferred_interrupts
@@ -95,6 +96,8 @@ def execute(plan: Plan) -> dict[str, Any]:
         if plan.staging.complete:
             return _publish_left(plan)
         extras = write_outputs(plan) if plan.shards else report_page.Extras()
+        if plan.dry_run:
+            _set_aside_for_the_run(plan)
         if not plan.shards:
             warn(plan.report, f"input {plan.input} holds no files: writing an empty output")
         plan.staging.keep = False  # from here a failure leaves nothing to resume from
@@ -118,6 +121,23 @@ def execute(plan: Plan) -> dict[str, Any]:
     finally:
         plan.close()
     return manifest
+
+
+def _set_aside_for_the_run(plan: Plan) -> None:
+    """A dry run's finished stages (and the index parts they wrote), set aside beside OUTPUT for the same
+    command without --dry-run, which takes them over and computes only the write; never part of the
+    dry run's OUTPUT. The write stage is not kept: the dry run wrote no shard."""
+    staging = plan.staging
+    fingerprint = staging.fingerprint
+    if fingerprint is not None and plan.shards:
+        real = {**fingerprint, "options": {**fingerprint.get("options", {}), "dry_run": False}}
+        aside = staging.set_aside([STAGES_DIR, INDEX_DIR], real)
+        if aside is not None:
+            if staging.fs.exists(f"{aside}/{STAGES_DIR}/{WRITE}"):
+                staging.fs.rm(f"{aside}/{STAGES_DIR}/{WRITE}", recursive=True)
+            log.info("the stages are kept in %s: the same command without --dry-run reuses them (any other run on "
+                     "this OUTPUT removes them)", aside)
+    staging.remove(INDEX_DIR)
 
 
 def _publish_left(plan: Plan) -> dict[str, Any]:

@@ -156,10 +156,11 @@ def _check_existing(fs: fsspec.AbstractFileSystem, root: str, output: str, overw
     if not entries:
         return
     incomplete = fs.exists(f"{root}/{INCOMPLETE}")  # a dedup publish cut short: nothing in it is worth keeping
-    if not overwrite and not incomplete:
+    manifest = read_manifest(fs, root)
+    planned = manifest is not None and bool(manifest.get("dry_run")) and not dry_run  # a dry run's report, no shard
+    if not overwrite and not incomplete and not planned:
         raise UsageError(f"OUTPUT {output!r} is not empty; pass --overwrite to replace an earlier dedup output "
                          "(it is replaced only once the new output is complete).")
-    manifest = read_manifest(fs, root)
     if manifest is None and not incomplete:
         raise UsageError(f"OUTPUT {output!r} holds files dedup did not write (no {MANIFEST}); --overwrite replaces "
                          "only an earlier dedup output or an empty directory. Choose another OUTPUT.")

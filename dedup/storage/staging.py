@@ -156,6 +156,8 @@ class Staging:
         self.keep = False
         self.resumed_from: str | None = None
         self.complete = False  # the taken-over staging directory holds a complete output whose publish was cut short
+        self.from_dry_run = False  # the taken-over staging directory holds the stages a --dry-run set aside
+        self.fingerprint = fingerprint
         try:
             self.fs.makedirs(self.parent, exist_ok=True)
             self._lock()
@@ -297,16 +299,35 @@ class Staging:
             return None
         info, path = max(found, key=lambda f: str(f[0].get("started", "")))
         when = info.get("started", "an unknown time")
+        which = "dry run" if info.get("dry_run") else "interrupted run"
         if restart:
-            log.info("--restart: the interrupted run of %s is discarded; starting over", when)
+            log.info("--restart: the %s of %s is discarded; starting over", which, when)
             return None
         changed = fingerprint_changes(info.get("fingerprint", {}), fingerprint)
         if changed is not None:
-            log.info("not resuming the interrupted run of %s: %s; starting over", when, changed)
+            log.info("not resuming the %s of %s: %s; starting over", which, when, changed)
             return None
         self.tmp, self.resumed_from, self.keep = path, when, True
         self.complete = self.fs.exists(f"{path}/{MANIFEST}")
+        self.from_dry_run = bool(info.get("dry_run"))
         return path
+
+    def set_aside(self, names: list[str], fingerprint: dict[str, Any]) -> str | None:
+        """Move the entries `names` of the staging directory into a hidden sibling of their own, with
+        `fingerprint`, for a later run with that fingerprint to take over (`_resume_from`): a dry run's
+        finished stages, for the same command without --dry-run. On a local file system only (a rename
+        each); None elsewhere, or when there is nothing to set aside."""
+        if self.remote or not any(os.path.exists(f"{self.tmp}/{n}") for n in names):
+            return None
+        aside = f"{self.parent}/.{self.name}.dedup-tmp-{uuid.uuid4().hex[:12]}"
+        os.makedirs(aside)
+        for n in names:
+            if os.path.exists(f"{self.tmp}/{n}"):
+                os.rename(f"{self.tmp}/{n}", f"{aside}/{n}")
+        with open(f"{aside}/{RESUME}", "w", encoding="utf-8") as fh:
+            json.dump({"fingerprint": fingerprint, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "dry_run": True},
+                      fh, indent=2, sort_keys=True)
+        return aside
 
     # -- writing ----------------------------------------------------------------------------------
     def write_json(self, name: str, obj: Any) -> None:
