@@ -172,7 +172,8 @@ def _summary(m: dict[str, Any]) -> str:
         *([f"skipped (id indexed)  {m['skipped_existing']:>10,}"] if m.get("skipped_existing") else []),
         f"output rows           {m['output_rows']:>10,}",
         f"seconds               {m['seconds'].get('total', 0):>10.1f}"
-        + (f"  (and {r['reused_seconds']:.1f} s of the interrupted run's stages, reused)" if (r := m.get("resumed")) else ""),
+        + (f"  (and {r['reused_seconds']:.1f} s of the {r.get('of', 'interrupted run')}'s stages, reused)"
+           if (r := m.get("resumed")) else ""),
     ]
     if m.get("approximated_buckets"):
         lines.append(f"approximated buckets  {m['approximated_buckets']:>10,}  (largest {m['largest_approximated_bucket']})")

@@ -247,6 +247,9 @@ def test_tune_then_publish_reuses_the_dry_runs_stages(tmp_path: Path, corpus_fra
     real = _run("run", str(src), str(out), "--threads", "2")
     assert real.returncode == 0, real.stderr
     assert "resuming: reusing features, buckets, confirm, components, survivors, roots from the dry run of" in real.stderr
+    assert "s of the dry run's stages, reused)" in real.stdout
+    assert "<td>from write, reusing features, buckets, confirm, components, survivors, roots of a dry run (" in (
+        out / "_report" / "index.html").read_text()
     direct = _run("run", str(src), str(tmp_path / "direct"), "--threads", "2")
     assert direct.returncode == 0, direct.stderr
     assert parquet_digests(out) == parquet_digests(tmp_path / "direct") and len(parquet_digests(out)) > 4

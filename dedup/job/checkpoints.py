@@ -241,7 +241,8 @@ class Checkpoints:
             return None
         spent = self.done[self.reused_stages[-1]]["report"].get("seconds", {})
         return {"from": self.first_run or "commit", "reused": list(self.reused_stages),
-                "reused_seconds": round(sum(spent.get(s, 0.0) for s in self.reused_stages), 3)}
+                "reused_seconds": round(sum(spent.get(s, 0.0) for s in self.reused_stages), 3),
+                "of": "dry run" if self.staging is not None and self.staging.from_dry_run else "interrupted run"}
 
 
 PART_STAMP_META = pd.DataFrame({"size": pd.Series(dtype="int64"), "rows": pd.Series(dtype="int64"),

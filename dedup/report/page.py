@@ -307,7 +307,8 @@ def run_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("near duplicates of earlier outputs", f"{m.get('near_duplicates_of_indexed', 0):,}"))
         rows.append(("skipped, id already indexed (--skip-existing)", f"{m.get('skipped_existing') or 0:,}"))
     if r := m.get("resumed"):
-        rows.append(("resumed", f"from {r['from']}, reusing {', '.join(r['reused'])} of an interrupted run "
+        of = r.get("of", "interrupted run")
+        rows.append(("resumed", f"from {r['from']}, reusing {', '.join(r['reused'])} of {'a' if of == 'dry run' else 'an'} {of} "
                                 f"({r.get('reused_seconds', 0):.1f} s of its stages)"))
     return rows
 
