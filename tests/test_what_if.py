@@ -35,11 +35,38 @@ def test_the_cluster_counts_what_a_union_find_of_the_pairs_counts(pairs: list[tu
             if a != b and not (a >= first and b >= first)]
     edges = pd.DataFrame({"left": np.array([r[0] for r in rows], np.int64), "right": np.array([r[1] for r in rows], np.int64),
                           "score": np.array([r[2] for r in rows], np.float32), "confirmed": np.array([r[3] for r in rows], bool)})
-    want = removed_at(edges, THRESHOLDS, 0.8, first)
+    want = [_plain(rows, t, 0.8, first) for t in THRESHOLDS]
+    assert removed_at(edges, THRESHOLDS, 0.8, first) == want
     with dask.config.set(scheduler="sync"):
         got = removed_on_cluster(dd.from_pandas(edges, npartitions=parts), max(len(edges), 1), THRESHOLDS, 0.8, first,
                                  parts)
     assert got == want
+
+
+def _plain(rows: list[tuple[int, int, float, bool]], t: float, run_t: float, first: int) -> int:
+    """The rule read plainly: the components of the pairs a run at `t` joins (its confirmed ones at the
+    run's own), found by search; all of this run's documents of one holding an earlier output's
+    document are removed, all but one of any other's."""
+    adjacent: dict[int, set[int]] = {}
+    for a, b, s, confirmed in rows:
+        if (confirmed if t == run_t else np.float32(s) >= np.float32(t)):
+            adjacent.setdefault(a, set()).add(b)
+            adjacent.setdefault(b, set()).add(a)
+    seen: set[int] = set()
+    removed = 0
+    for start in adjacent:
+        if start in seen:
+            continue
+        part, todo = set(), [start]
+        while todo:
+            x = todo.pop()
+            if x not in part:
+                part.add(x)
+                todo.extend(adjacent[x] - part)
+        seen |= part
+        new = [x for x in part if x < first]
+        removed += len(new) if len(new) < len(part) else len(new) - 1
+    return removed
 
 
 def test_a_run_counts_the_same_on_the_client_and_on_the_cluster(client, tmp_path: Path, corpus_frame: pd.DataFrame,

@@ -412,3 +412,33 @@ def char_window_hashes(buf, doc_start, doc_end, size, short):  # pragma: no cove
             end = starts[min(k + size, chars)]
             out[base + k] = _fnv_tail(buf, _OFFSET, starts[k], end)
     return out, offsets
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _find(parent, x):  # pragma: no cover - compiled
+    """The root of x, halving the path on the way."""
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
+@numba.njit(cache=True, nogil=True)
+def removed_by_unions(left, right, use, indexed, n_nodes):  # pragma: no cover - compiled
+    """What the connected components of the edges (left[i], right[i]) with use[i] remove: every node
+    of a component holding an `indexed` node but those, all but one of any other. Each union of two
+    components adds one, unless both hold an indexed node (left, right: node codes below n_nodes)."""
+    parent = np.arange(n_nodes)
+    flag = indexed.copy()
+    removed = 0
+    for i in range(left.shape[0]):
+        if not use[i]:
+            continue
+        a, b = _find(parent, left[i]), _find(parent, right[i])
+        if a == b:
+            continue
+        if not (flag[a] and flag[b]):
+            removed += 1
+        parent[b] = a
+        flag[a] = flag[a] or flag[b]
+    return removed

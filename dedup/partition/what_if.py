@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dedup.core.unionfind import components
 from dedup.partition.buckets import same_text_edges
 
 WHAT_IF_THRESHOLDS = (0.7, 0.75, 0.8, 0.85, 0.9)
@@ -47,21 +46,20 @@ def removed_at(edges: pd.DataFrame, thresholds: Sequence[float], run_threshold: 
                ) -> list[int]:
     """For each threshold, the documents of this run (keys below `first_indexed`) that its connected
     components would remove: every one in a component with an earlier output's document, all but one
-    in the others (the contract's rule). At the run's own threshold the run's confirmed edges, exactly."""
+    in the others (the contract's rule). At the run's own threshold the run's confirmed edges, exactly.
+    One compiled union-find pass a threshold over the pairs' node codes: about 40 bytes a pair while it
+    runs (five vectorised union-finds took 128)."""
+    from dedup.core import _kernels
+
     left, right = edges["left"].to_numpy(np.int64), edges["right"].to_numpy(np.int64)
     score, confirmed = edges["score"].to_numpy(np.float32), edges["confirmed"].to_numpy(bool)
+    codes, nodes = pd.factorize(np.concatenate([left, right]))  # a hash table: lighter than sorting
+    a, b = codes[:len(left)], codes[len(left):]
+    indexed = np.asarray(nodes) >= first_indexed
     out = []
     for t in thresholds:
         use = confirmed if t == run_threshold else score >= np.float32(t)
-        ids, roots = components(left[use], right[use])
-        if not len(ids):
-            out.append(0)
-            continue
-        new = ids < first_indexed
-        _, which = np.unique(roots, return_inverse=True)
-        members = np.bincount(which, weights=new.astype(np.float64))
-        indexed = np.bincount(which, weights=(~new).astype(np.float64)) > 0
-        out.append(int(members.sum() - (~indexed).sum()))
+        out.append(int(_kernels.removed_by_unions(a, b, use, indexed, len(nodes))))
     return out
 
 
