@@ -27,9 +27,9 @@ CLIENT_COMPONENT_EDGES = 20_000_000
 """`components="auto"` joins the confirmed edges on the client up to this many (16 bytes each there,
 about 50 while the union-find runs), on the cluster beyond."""
 WHAT_IF_CLIENT_EDGES = 500_000
-"""The page's what-if table is counted on the client up to this many weighed pairs (21 bytes each there,
-about 80 more while counted: under 50 MiB whatever the corpus), on the cluster beyond
-(`dedup.job.what_if`)."""
+"""The page's what-if table is counted in one task up to this many weighed pairs (21 bytes each there,
+about 80 more while counted: under 50 MiB whatever the corpus), by components on the cluster beyond
+(`dedup.job.what_if`); the pairs never come to the client."""
 MAX_CONTAMINATED = 0.1
 """`--max-contaminated`: a run whose decontamination would remove more than this share of its input
 stops before publishing (a dry run only warns): an eval record that quotes boilerplate guts a corpus."""

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
+import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
@@ -34,7 +35,7 @@ from dedup.partition.confirm import (
     pairs_with_left,
     score_at_right,
 )
-from dedup.partition.what_if import WHAT_IF_META, WHAT_IF_THRESHOLDS, removed_at, what_if_edges
+from dedup.partition.what_if import WHAT_IF_META, WHAT_IF_THRESHOLDS, removed_at_parts, what_if_edges
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,9 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     ones take `route_small`. `near_pairs`: also find that many candidate pairs nearest the threshold
     on each side, in the same round trip as the counts (the page's). `what_if`: the thresholds of the
     page's what-if table: the pairs any of them would join (`what_if_edges`) are counted in that round
-    trip too, and what each threshold would remove is counted from them on the client while they are
-    at most `WHAT_IF_CLIENT_EDGES`, else on the cluster (`dedup.job.what_if`): never a corpus's worth of
-    pairs on the client. `first_indexed`: the first key of the earlier indexes' documents."""
+    trip too, and what each threshold would remove is counted from them in one task while they are at
+    most `WHAT_IF_CLIENT_EDGES`, else by components on the cluster (`dedup.job.what_if`): the pairs never
+    come to the client. `first_indexed`: the first key of the earlier indexes' documents."""
     n_new = feat.npartitions if n_new is None else n_new
     routes = edges.map_partitions(confirm_routes, meta=ROUTED_META)
     scored = through("scored", score_pairs(routes, feat, texts, text_column=text_column, params=params,
@@ -98,9 +99,9 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     removed = None
     if what_if:
         rows = int(rest[-1]["n"].sum())
-        if rows <= WHAT_IF_CLIENT_EDGES:
-            (pairs,) = compute(weighed[0])
-            removed = removed_at(pairs, what_if, params.threshold, first_indexed)
+        if rows <= WHAT_IF_CLIENT_EDGES:  # one task counts them (a worker's), the counts come back
+            (removed,) = compute(dask.delayed(removed_at_parts)(weighed[0].to_delayed(), tuple(what_if),
+                                                                params.threshold, first_indexed))
         else:
             removed = removed_on_cluster(weighed[0], rows, what_if, params.threshold, first_indexed, n_new)
         del weighed

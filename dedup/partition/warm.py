@@ -21,6 +21,7 @@ from dedup.core.text import TEXT_DTYPE, encode_batch
 from dedup.partition.buckets import long_form
 from dedup.partition.confirm import blob_jaccard, shingle_sets
 from dedup.partition.features import document_features
+from dedup.partition.what_if import removed_at
 
 _TEXT = "warm up every compiled kernel of dedup, once, before the first task needs one of them"
 
@@ -39,3 +40,5 @@ def warm_kernels() -> None:
     grams = ProtectedNgrams.from_records(["warm"], [(0, "warm", [_TEXT])], ngram_size=13)
     grams.hits(encode_batch([_TEXT]))
     id_hashes(np.array(["a", "b"], dtype=object))
+    removed_at(pd.DataFrame({"left": np.int64([0]), "right": np.int64([1]), "score": np.float32([0.9]),
+                             "confirmed": [True]}), (0.8,), 0.8, 2)  # the what-if table's union-find
