@@ -40,5 +40,5 @@ def warm_kernels() -> None:
     grams = ProtectedNgrams.from_records(["warm"], [(0, "warm", [_TEXT])], ngram_size=13)
     grams.hits(encode_batch([_TEXT]))
     id_hashes(np.array(["a", "b"], dtype=object))
-    removed_at(pd.DataFrame({"left": np.int64([0]), "right": np.int64([1]), "score": np.float32([0.9]),
-                             "confirmed": [True]}), (0.8,), 0.8, 2)  # the what-if table's union-find
+    removed_at(pd.DataFrame({"left": np.zeros(1, np.int64), "right": np.ones(1, np.int64),
+                             "score": np.full(1, 0.9, np.float32), "confirmed": [True]}), (0.8,), 0.8, 2)  # what-if
