@@ -131,3 +131,22 @@ def test_no_internal_function_takes_more_than_twelve_parameters() -> None:
             if count > MAX_PARAMETERS:
                 wide.append(f"{rel}:{node.lineno} {node.name} takes {count}")
     assert not wide, wide
+
+
+def _private(module: str) -> bool:
+    """A module path of dask or distributed that is not their public API: a part of it private (`_x`),
+    or dask's expression internals."""
+    parts = module.split(".")
+    return parts[0] in ("dask", "distributed") and (any(p.startswith("_") for p in parts) or "dask_expr" in parts)
+
+
+def test_dasks_internal_names_are_taken_in_one_module() -> None:
+    """`dedup.job.dask_internals` lists every name taken from dask beyond its public API, with why; no
+    other module imports one, so a dask release that moves one fails at that module, by name."""
+    taking = {str(p.relative_to(ROOT)): sorted({m for m in _imports(p) if _private(m)}) for p in ROOT.rglob("*.py")}
+    taking = {name: found for name, found in taking.items() if found}
+    assert set(taking) == {"job/dask_internals.py"}, taking
+    from dedup.job import dask_internals
+
+    documented = dask_internals.__doc__ or ""
+    assert all(f"`{name}`" in documented for name in dask_internals.__all__)  # each name with why

@@ -69,15 +69,14 @@ def read_for(feat: dd.DataFrame, use: str) -> dd.DataFrame:
     expr = _file_read(feat)
     if expr is None:
         return feat
-    from dask.dataframe.dask_expr import new_collection
+    from dedup.job.dask_internals import new_collection
 
     return new_collection(feat.expr.substitute(expr, expr.substitute_parameters({"label": f"read_part_{use}"})))
 
 
 def _file_read(feat: dd.DataFrame) -> Any:
     """The expression reading `feat` from its files (`dd.from_map` of `read_part`), or None: held in memory."""
-    from dask.dataframe.dask_expr._expr import ArrowStringConversion
-    from dask.dataframe.dask_expr.io.io import FromMapProjectable
+    from dedup.job.dask_internals import ArrowStringConversion, FromMapProjectable
 
     expr = feat.expr
     while isinstance(expr, ArrowStringConversion):

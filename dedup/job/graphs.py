@@ -35,12 +35,9 @@ from typing import Any
 import dask
 import dask.dataframe as dd
 import pandas as pd
-from dask._task_spec import Task, TaskRef
 from dask.base import tokenize
-from dask.dataframe.dask_expr import new_collection
-from dask.dataframe.dask_expr._expr import Blockwise, Expr
-from dask.dataframe.dask_expr._shuffle import Shuffle
-from dask.dataframe.dask_expr.io.io import FromGraph
+
+from dedup.job.dask_internals import Blockwise, Expr, FromGraph, Shuffle, Task, TaskRef, new_collection
 
 
 class Persisted(FromGraph):
@@ -146,9 +143,7 @@ def _held_here(given: list[Any]) -> list[Any] | None:
     Why not `dask.persist`: without a client it names the DataFrame of results it returns by
     tokenizing the results themselves, hashing every byte of every persisted frame in this thread:
     1.7 of the 10.7 seconds of `dedup run --threads 2` at 204,000 documents."""
-    from dask._expr import _ExprSequence
-    from dask.base import collections_to_expr, get_scheduler
-    from dask.core import flatten
+    from dedup.job.dask_internals import _ExprSequence, collections_to_expr, flatten, get_scheduler
 
     if not given or not all(isinstance(getattr(c, "expr", None), Expr) for c in given):
         return None
@@ -186,8 +181,7 @@ def fused(*collections: Any) -> list[Any]:
     out = list(collections)
     if not frames_at:
         return out
-    from dask._expr import _ExprSequence
-    from dask.dataframe.dask_expr._expr import optimize_blockwise_fusion
+    from dedup.job.dask_internals import _ExprSequence, optimize_blockwise_fusion
 
     exprs = _ExprSequence(*[collections[i].expr for i in frames_at]).optimize(fuse=False)
     for i, expr in zip(frames_at, optimize_blockwise_fusion(exprs).operands):
