@@ -114,7 +114,7 @@ def task_stream(src: Path, workers: int, extra: list[str]) -> None:
     from distributed import get_task_stream
 
     from dedup.job.pipeline import run
-    from dedup.job.plan import STAGE_LINE
+    from dedup.job.timing import STAGE_LINE
     from dedup.runtime import dask_client
 
     ends: list[tuple[str, float, float]] = []  # (stage, end, seconds), from Stage's log line

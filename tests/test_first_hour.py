@@ -140,7 +140,7 @@ def test_the_sample_reads_every_file_in_proportion_to_its_rows(tmp_path: Path, t
     """The texts sampled before any work: each file's share of them is its share of the rows, and a
     corpus 43% of whose texts are Chinese, interleaved with English, is warned of."""
     from dedup.core.text import unspaced
-    from dedup.job.plan import unspaced_warning
+    from dedup.job.notices import unspaced_warning
     from dedup.storage.reads import sample_texts
     from dedup.storage.shards import discover, read_footers
 

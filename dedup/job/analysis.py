@@ -18,10 +18,10 @@ from dedup.job.checkpoints import Checkpoints
 from dedup.job.components import Components
 from dedup.job.confirm import Confirm
 from dedup.job.contamination import Contamination
+from dedup.job.counts import Report
 from dedup.job.decisions import Decisions
 from dedup.job.features import Features
 from dedup.job.lines import Lines
-from dedup.job.plan import Report
 from dedup.job.roots import Roots
 from dedup.job.stage import Job, Settings, Step, run_stages
 from dedup.job.survivors import Survivors

@@ -29,8 +29,8 @@ import pandas as pd
 import pyarrow as pa
 
 from dedup.job.compute import compute
+from dedup.job.counts import Report
 from dedup.job.graphs import persisted_from
-from dedup.job.plan import Report
 from dedup.storage import stamps
 from dedup.storage.staging import Staging
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from dedup.config import MAX_CONTAMINATED, Params
-from dedup.job.plan import Plan, Report, banding, banding_warning, unspaced_warning
+from dedup.job.counts import Report
+from dedup.job.notices import banding, banding_warning, unspaced_warning
+from dedup.job.plan import Plan
 from dedup.job.versions import versions
 from dedup.report import removed
 from dedup.report.shown import shorten

@@ -19,8 +19,9 @@ from dedup.job.compute import compute, shared
 from dedup.job.failures import explain_killed_worker
 from dedup.job.features import without_signatures
 from dedup.job.lines import with_texts
-from dedup.job.plan import Plan, Stage
+from dedup.job.plan import Plan
 from dedup.job.stage import Settings
+from dedup.job.timing import Stage
 from dedup.partition.features import KEEP
 from dedup.report import page as report_page
 from dedup.report import removed

@@ -24,9 +24,11 @@ from dedup.core.decontam import ProtectedNgrams
 from dedup.job.analysis import WRITE, analyse, check_columns
 from dedup.job.checkpoints import STAGES_DIR
 from dedup.job.compute import settle
+from dedup.job.counts import Report
 from dedup.job.manifest import build_manifest, dropped_near
+from dedup.job.notices import warn
 from dedup.job.output import write_outputs
-from dedup.job.plan import Options, Plan, Report, prepare, warn
+from dedup.job.plan import Options, Plan, prepare
 from dedup.job.stage import Settings
 from dedup.partition.decisions import attach_roots
 from dedup.report import page as report_page

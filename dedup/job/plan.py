@@ -1,4 +1,4 @@
-"""Everything a job checks before any cluster starts, and the report it fills as it runs.
+"""Everything a job checks before any cluster starts (`prepare`), and what it is asked to do (`Options`).
 
 `prepare` reads no data and imports no Dask: parameters, paths, OUTPUT's lock, every input
 footer and the unified schema, and the protected n-grams. So a usage error answers in about a
@@ -11,15 +11,19 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from dedup.config import CLUSTER_MODES, COMPONENT_MODES, MAX_CONTAMINATED, Params
+from dedup.job.counts import Report
+from dedup.job.fingerprint import fingerprint
+from dedup.job.notices import log_banding, warn, warn_unspaced
+from dedup.job.timing import Stage
 from dedup.storage import reads
 from dedup.storage import shards as shards_mod
 from dedup.storage.safety import UsageError, check_output, expand_protected, input_places, read_manifest
-from dedup.storage.staging import INTERRUPT_REQUESTED, Staging
+from dedup.storage.staging import Staging
 
 if TYPE_CHECKING:
     from dedup.core.decontam import ProtectedNgrams
@@ -27,116 +31,6 @@ if TYPE_CHECKING:
     from dedup.storage.protected import PathLike
 
 log = logging.getLogger("dedup")
-
-@dataclass
-class Report:
-    """What a run found, for the manifest; counts add up."""
-
-    input_rows: int = 0
-    contaminated: int = 0
-    unspaced: list[int] = field(default_factory=lambda: [0, 0])
-    """Of the texts sampled before the run (word shingles only): those in scripts written without spaces, and all."""
-    contaminated_by_file: dict[str, int] = field(default_factory=dict)
-    contaminated_by_record: list[dict[str, Any]] = field(default_factory=list)
-    contaminated_records: int = 0
-    near_duplicates: int = 0
-    clusters: int = 0
-    largest_cluster: int = 0
-    candidate_pairs: int = 0
-    confirmed_pairs: int = 0
-    same_text_pairs: int = 0
-    approximated_buckets: int = 0
-    largest_approximated_bucket: int = 0
-    components: str = ""
-    component_rounds: int = 0
-    similarity_histogram: list[int] = field(default_factory=list)
-    clusters_mode: str = "connected"
-    survivor_rounds: int = 0
-    survivor_scored: int = 0
-    """This run's clustered documents scored against their connected component's survivor."""
-    below_survivor: int = 0
-    """This run's clustered documents below the threshold with their connected component's survivor."""
-    survivor_histogram: list[int] = field(default_factory=list)
-    """This run's clustered documents' similarity to their survivor (by the confirm rule), 50 bins of [0, 1]."""
-    skipped_existing: int = 0
-    indexed_documents: int = 0
-    near_duplicates_of_indexed: int = 0
-    near_duplicates_by_output: list[int] = field(default_factory=list)
-    """`near_duplicates_of_indexed` by earlier output, in the order of the run's indexes (`Plan.against`)."""
-    index_bytes: int = 0
-    index_documents: int = 0
-    index_near_duplicates: int = 0
-    bucket_partitions: int = 0
-    id_partitions: int = 0
-    output_bytes: int = 0
-    """The bytes of the shards written (what a dataset reader of OUTPUT reads; no index, no report)."""
-    seconds: dict[str, float] = field(default_factory=dict)
-    what_if: list[dict[str, Any]] = field(default_factory=list)
-    """Documents that other thresholds would remove (`dedup.partition.what_if`), with the banding's
-    chance of making a pair at each a candidate; empty when not computed."""
-    emptied_by_lines: int = 0
-    """Documents line dedup left without a word (dropped, `empty_after_lines`)."""
-    lines: dict[str, Any] = field(default_factory=dict)
-    """With line dedup: lines and characters removed, documents changed and left without a word, and
-    the histogram of the share of a changed document's characters removed (`dedup.job.lines`)."""
-    top_lines: list[dict[str, Any]] = field(default_factory=list)
-    """With line dedup: the most repeated lines, their counts and first occurrences (and texts)."""
-    notes: list[str] = field(default_factory=list)
-    """Warnings found before or outside the stages (each logged as found): an eval file that protects
-    nothing, an earlier index whose files cannot be verified, an input of no files. The manifest's
-    `warnings` lists them first."""
-
-
-STAGE_LINE = "%s: %s (%.1f s)"
-"""The line each stage logs as it ends: its name, what it did, its seconds (`Stage`)."""
-
-
-class Stage:
-    """Times one stage into the report and logs one line for it: what it did, and its seconds. With
-    `kept` (`dedup.job.checkpoints.Checkpoints`), what the stage gave to `keep` is saved as it ends,
-    before its line: a run killed after the line resumes after the stage."""
-
-    def __init__(self, report: Report, name: str, kept: Any = None) -> None:
-        self.report, self.name, self.kept = report, name, kept
-        self.summary = ""
-        self._keep: dict[str, Any] | None = None
-
-    def keep(self, values: dict[str, Any] | None = None, **what: Any) -> None:
-        """What to save of this stage when it ends (`Checkpoints.save`'s arguments)."""
-        self._keep = {"values": values, **what}
-
-    def __enter__(self) -> Self:
-        from dedup.job.compute import PROGRESS_LABEL
-
-        _honour_interrupt()
-        self.start = time.perf_counter()
-        rows = f" ({self.report.input_rows:,} rows)" if self.report.input_rows else ""
-        self._label = PROGRESS_LABEL.set(self.name + rows)
-        return self
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        from dedup.job.compute import PROGRESS_LABEL
-
-        PROGRESS_LABEL.reset(self._label)
-        if exc_type is None and self.kept is not None and self._keep is not None:
-            secs = time.perf_counter() - self.start  # with the seconds so far: the saved report has them
-            self.report.seconds[self.name] = round(self.report.seconds.get(self.name, 0.0) + secs, 3)
-            self.kept.save(self.name, self.report, **self._keep)
-            self.report.seconds[self.name] = round(self.report.seconds[self.name] - secs, 3)
-        secs = time.perf_counter() - self.start
-        self.report.seconds[self.name] = round(self.report.seconds.get(self.name, 0.0) + secs, 3)
-        if exc_type is None:
-            log.info(STAGE_LINE, self.name, self.summary or "done", secs)
-            _honour_interrupt()
-
-
-def _honour_interrupt() -> None:
-    """Raise the interrupt the CLI received if its KeyboardInterrupt was swallowed on the way (once in
-    CI a SIGINT sent after the features line ended the run only at the commit): so it ends the run
-    at the next stage's start or end."""
-    if INTERRUPT_REQUESTED.is_set():
-        raise KeyboardInterrupt
-
 
 @dataclass
 class Plan:
@@ -227,99 +121,6 @@ def _check_positions(found: Sequence[shards_mod.Shard], parts: Sequence[IndexPar
                 f"{', ...' if len(same) > 3 else ''}): their ids would repeat. Put this run's files under a "
                 "directory of their own inside INPUT (e.g. INPUT/2026-12/part-0.parquet), or name a column of ids "
                 "with --id-column.")
-
-
-UNSPACED_WARN_SHARE = 0.1
-"""Under word shingles, a warning when at least this share of a sample of texts (`reads.sample_texts`)
-is of scripts written without spaces (`dedup.core.text.unspaced`): a mixed corpus too."""
-
-
-def warn(report: Report, text: str) -> None:
-    """Log a warning and keep it for the manifest's `warnings` and the page (`Report.notes`)."""
-    log.warning("%s", text)
-    report.notes.append(text)
-
-
-def banding(params: Params) -> dict[str, Any]:
-    """The banding and how often it makes a pair at the threshold a candidate, beside the banding
-    `dedup tune` recommends for that threshold (`recall_banding`; what `dedup run` uses unless
-    --num-bands and --rows-per-band are given): the manifest's `banding`."""
-    from dedup.core.lsh import probability, recall_banding
-
-    t = params.threshold
-    out: dict[str, Any] = {"num_bands": params.num_bands, "rows_per_band": params.rows_per_band,
-                           "candidate_at_threshold": round(float(probability(t, params.num_bands, params.rows_per_band)), 4)}
-    if 0.0 < t <= 1.0:
-        b, r = recall_banding(t, params.num_perm)
-        out["recommended"] = {"num_bands": b, "rows_per_band": r,
-                              "candidate_at_threshold": round(float(probability(t, b, r)), 4)}
-    return out
-
-
-def banding_warning(params: Params) -> str | None:
-    """The warning for a banding that makes a pair at the threshold a candidate less often than
-    `dedup tune`'s rule asks (`RECALL_AT_THRESHOLD`): near duplicates close to it are missed."""
-    from dedup.core.lsh import RECALL_AT_THRESHOLD
-
-    b = banding(params)
-    best = b.get("recommended")
-    if best is None or b["candidate_at_threshold"] >= RECALL_AT_THRESHOLD:
-        return None
-    t = params.threshold
-    return (f"The banding {b['num_bands']} x {b['rows_per_band']} makes a pair at the threshold {t} a candidate only "
-            f"{b['candidate_at_threshold']:.0%} of the time, so near duplicates close to it are missed; "
-            f"{best['num_bands']} x {best['rows_per_band']} (`dedup tune --threshold {t}`) finds "
-            f"{best['candidate_at_threshold']:.0%}: leave out --num-bands and --rows-per-band to use it.")
-
-
-def unspaced_warning(hits: int, sampled: int) -> str | None:
-    """The warning for a corpus of which a meaningful share is Chinese, Japanese, Thai or the like,
-    under word shingles (`hits` of `sampled` texts)."""
-    if not sampled or hits < UNSPACED_WARN_SHARE * sampled:
-        return None
-    return (f"{hits} of {sampled} sampled texts ({100 * hits / sampled:.0f}%) are mostly in scripts written without "
-            "spaces (Chinese, Japanese, Thai, ...): word shingles see each run of them as one word and miss their near "
-            "duplicates; use --shingle-unit char (or run those texts apart from the rest with it)")
-
-
-def _log_banding(params: Params) -> None:
-    """One line on the banding: the one the threshold's rule gives, or a warning for one given that
-    misses pairs at the threshold (`banding_warning`, also in the manifest and on the page)."""
-    if warning := banding_warning(params):
-        log.warning("%s", warning)
-        return
-    b = banding(params)
-    best = b.get("recommended") or {}
-    rule = (best.get("num_bands"), best.get("rows_per_band")) == (b["num_bands"], b["rows_per_band"])
-    log.info("banding %d x %d: a pair at the threshold %s is a candidate %.1f%% of the time%s", b["num_bands"],
-             b["rows_per_band"], params.threshold, 100 * b["candidate_at_threshold"],
-             " (the banding `dedup tune` recommends for it)" if rule else "")
-
-
-def _warn_unspaced(shards: Sequence[shards_mod.Shard], text_column: str, report: Report) -> None:
-    """Sample the corpus; one line when a meaningful share of it is unspaced text under word shingles
-    (also in the manifest's warnings and on the page, from `report.unspaced`)."""
-    from dedup.core.text import unspaced
-
-    sample = reads.sample_texts(shards, text_column)
-    report.unspaced = [sum(map(unspaced, sample)), len(sample)]
-    if warning := unspaced_warning(*report.unspaced):
-        log.warning("%s", warning)
-
-
-def fingerprint(shards: Sequence[shards_mod.Shard], params: Params, options: dict[str, Any],
-                protected: ProtectedNgrams | None, against: Sequence[IndexPart]) -> dict[str, Any]:
-    """What a run's results depend on: dedup's version and code, the parameters and options, the protected
-    text (`ProtectedNgrams.digest`), the earlier indexes, and each input file's version (its file
-    system's identity of it, `stamps.file_versions`, and its footer's hash). Two runs with equal
-    fingerprints compute the same stage results."""
-    from dedup.job.versions import code_digest, versions
-    from dedup.storage.stamps import file_versions
-
-    return {"version": versions(), "code": code_digest(), "parameters": params.as_dict(), "options": options,
-            "protected": protected.digest() if protected is not None else None,
-            "against": [p.uid for p in against],
-            "input": {s.name: {**v, "footer": s.footer} for s, v in zip(shards, file_versions([s.path for s in shards]))}}
 
 
 @dataclass(frozen=True)
@@ -414,7 +215,7 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
         log.info("--keep-by %s: the files' own column %r is read; the directories' %s=... values, a Hive key of the "
                  "same name, are not (as pyarrow and pandas read them)", keep[0], keep[0], keep[0])
     if o.near and params.shingle_unit == "word":
-        _warn_unspaced(found, o.text_column, report)
+        warn_unspaced(found, o.text_column, report)
     parts: list[IndexPart] = []
     if o.against:
         from dedup.storage import index
@@ -454,7 +255,7 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
                  "ranges that decode it from its start; row groups of at most %d rows read faster", len(big),
                  big[0][0].path, big[0][1], o.partition_rows)
     if o.near:  # once everything is checked: a refused run says one line
-        _log_banding(params)
+        log_banding(params)
     return Plan(input, output, found, schema, groups, prot, params, o.near, o.drop, id_column, o.text_column, o.components,
                 o.retries, o.features_on_disk, o.dry_run, o.write_report, staging, report, start, parts, o.skip_existing,
                 o.write_index, cluster_size=o.cluster_size, keep_by=keep, clusters=o.clusters,

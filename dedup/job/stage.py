@@ -4,7 +4,7 @@ A stage (`Step`) names itself, says whether this job runs it (`wanted`), compute
 the results of the stages before it from the `Job` and sets its own, and returns its log line),
 and lists the results a resumed run reads back (`values`, `frames`, `tables`: names of `Job`
 fields). `run_stages` walks an ordered list of them and treats each the same way: a stage an
-interrupted run finished is read back, any other is run inside `plan.Stage` (timing, the log
+interrupted run finished is read back, any other is run inside `timing.Stage` (timing, the log
 line, interrupt checks) and kept as it ends (`dedup.job.checkpoints`). Its `before` and `after` run
 either way: what it needs set up, and what later stages derive from its results. The list itself is `dedup.job.analysis.STAGES`.
 """
@@ -20,7 +20,8 @@ import pandas as pd
 
 from dedup.config import Params
 from dedup.job.checkpoints import Checkpoints
-from dedup.job.plan import Report, Stage
+from dedup.job.counts import Report
+from dedup.job.timing import Stage
 from dedup.partition import keyspace
 
 if TYPE_CHECKING:

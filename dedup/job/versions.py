@@ -1,5 +1,5 @@
 """The versions of dedup and the libraries its results depend on, and a digest of dedup's own code:
-part of a run's fingerprint (`dedup.job.plan.fingerprint`) and of its manifest."""
+part of a run's fingerprint (`dedup.job.fingerprint.fingerprint`) and of its manifest."""
 
 from __future__ import annotations
 

@@ -131,7 +131,7 @@ class Staging:
     Created before any computing, so an unwritable OUTPUT parent or a concurrent run is found
     at once; `commit` publishes it, `discard` removes it; `close` releases the lock.
 
-    With a `fingerprint` (`dedup.job.plan.fingerprint`), the staging directory an interrupted run
+    With a `fingerprint` (`dedup.job.fingerprint.fingerprint`), the staging directory an interrupted run
     left with the same fingerprint is taken over (`resumed_from`: when that run started), so its
     finished stages are reused; one with another fingerprint is removed, with a line saying what
     changed. `restart` removes it whatever its fingerprint. `keep` (set once a stage has finished)

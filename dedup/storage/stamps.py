@@ -119,7 +119,7 @@ def file_versions(paths: Sequence[str]) -> list[dict[str, Any]]:
     """What identifies the version of each file, as its file system reports it (one request each, a few
     at a time). A local file: its size, modification and change times and inode (a write, a copy or a
     rename changes the change time or the inode, whatever the modification time was set back to); an
-    object: its size and etag, version or generation. `dedup.job.plan.fingerprint` adds the footer's hash."""
+    object: its size and etag, version or generation. `dedup.job.fingerprint.fingerprint` adds the footer's hash."""
     import os
 
     import fsspec
