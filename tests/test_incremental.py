@@ -326,7 +326,7 @@ def test_gathered_index_partitions_hold_each_indexed_key_once(sizes: list[int], 
     run's partitions after its own, the one its keys are placed in; the run's own keys stay put."""
     from dedup.partition.keyspace import ROW_BITS
     from dedup.storage.index import IndexPart
-    from dedup.storage.index_lookup import Layout
+    from dedup.storage.index_layout import Layout
 
     parts = [IndexPart(url=f"idx{i}", uid=str(i), partitions=n, bucket_parts=1, id_parts=1, documents=0,
                        output="out", text_column="text") for i, n in enumerate(sizes)]

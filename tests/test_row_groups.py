@@ -245,7 +245,7 @@ def test_texts_of_an_earlier_output_are_taken_batch_by_batch(texts: list[str | N
     for (in any order, repeated) are those pyarrow reads whole."""
     import tempfile
 
-    from dedup.storage import index_lookup
+    from dedup.storage import output_texts
 
     want = np.array(data.draw(st.lists(st.integers(0, len(texts) - 1), min_size=1, max_size=40)), np.int64)
     with tempfile.TemporaryDirectory() as d:
@@ -253,10 +253,10 @@ def test_texts_of_an_earlier_output_are_taken_batch_by_batch(texts: list[str | N
         pq.write_table(pa.table({"id": list(range(len(texts))), "text": pa.array(texts, pa.string())}), path,
                        row_group_size=group)
         whole = pq.read_table(path).column("text").to_pylist()
-        before = index_lookup.TEXT_BATCH_BYTES
-        index_lookup.TEXT_BATCH_BYTES = batch_bytes  # a batch of 64 rows or more
+        before = output_texts.TEXT_BATCH_BYTES
+        output_texts.TEXT_BATCH_BYTES = batch_bytes  # a batch of 64 rows or more
         try:
-            got = index_lookup._file_texts(path, "text", want)
+            got = output_texts.file_texts(path, "text", want)
         finally:
-            index_lookup.TEXT_BATCH_BYTES = before
+            output_texts.TEXT_BATCH_BYTES = before
     assert got.type == pa.large_string() and got.to_pylist() == [whole[i] for i in want]

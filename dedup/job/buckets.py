@@ -22,7 +22,7 @@ from dedup.partition import keyspace
 from dedup.partition.buckets import EDGE_META, KIND_APPROX, LONG_META, bucket_edges, long_form
 from dedup.partition.features import KEEP, ROOT_DOC
 from dedup.partition.stand_ins import KEYS_META, own_roots
-from dedup.storage import index_files, index_lookup
+from dedup.storage import index_files, index_layout, index_lookup
 
 log = logging.getLogger("dedup")
 
@@ -50,7 +50,7 @@ def _both(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, *, index_out: str | None = None,
-            layout: index_lookup.Layout | None = None, rows: int | None = None, through: Through = as_is
+            layout: index_layout.Layout | None = None, rows: int | None = None, through: Through = as_is
             ) -> tuple[dd.DataFrame, dd.DataFrame | None, BucketCounts]:
     """Bucket edges on the workers: the long form (band, key, doc) routed to the range of its key,
     every bucket turned into same-text, candidate or star edges. Persisted; counts approximated buckets.
@@ -140,7 +140,7 @@ class Buckets(Step):
 
     def before(self, job: Job) -> None:
         against = job.settings.against
-        job.layout = index_lookup.Layout.gathering(against, job.feat.npartitions) if against else None
+        job.layout = index_layout.Layout.gathering(against, job.feat.npartitions) if against else None
 
     def run(self, job: Job) -> str:
         s, report = job.settings, job.report

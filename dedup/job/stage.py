@@ -27,7 +27,7 @@ from dedup.partition import keyspace
 if TYPE_CHECKING:
     from dedup.core.decontam import ProtectedNgrams
     from dedup.storage.index import IndexPart
-    from dedup.storage.index_lookup import Layout
+    from dedup.storage.index_layout import Layout
 
 
 @dataclass(frozen=True)

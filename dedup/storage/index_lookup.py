@@ -1,11 +1,10 @@
-"""An `--against` run's reading of earlier indexes: where their documents sit in this run's key space
-(`Layout`), the band rows sharing a bucket with the new documents, and those documents' features."""
+"""An `--against` run's reading of earlier indexes: the band rows sharing a bucket with the new documents,
+and those documents' features (where they sit in the run's key space: `dedup.storage.index_layout`; their
+texts: `dedup.storage.output_texts`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,94 +14,10 @@ from dedup.config import Params
 from dedup.core.minhash import arrow_signatures
 from dedup.core.text import TEXT_DTYPE
 from dedup.partition.codec import from_fixed_binary
-from dedup.storage.index import DAMAGED, KEY_PREFIXES, TKEYS_IN_BANDS, IndexPart, docs_file
+from dedup.storage.index import KEY_PREFIXES, TKEYS_IN_BANDS, IndexPart, docs_file
 from dedup.storage.index_files import key_prefixes, read_bands
-from dedup.storage.safety import UsageError
-
-if TYPE_CHECKING:
-    from dedup.partition.keyspace import Placement
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where the documents of earlier indexes sit in this run's key space: index part i holds global
-    partitions starts[i] .. starts[i] + parts[i].partitions - 1, after this run's `first` ones.
-    A document's key names its global partition; the run gathers the index partitions `group` at a
-    time (`placement`), so it works on `total` partitions: its own, then the gathered ones."""
-
-    parts: tuple[IndexPart, ...]
-    first: int
-    group: int = 1
-
-    @classmethod
-    def gathering(cls, parts: Sequence[IndexPart], first: int) -> Layout:
-        """As many gathered index partitions as the run has its own: an index partition holds only
-        the documents sharing a bucket with this run's, about as many as the run's."""
-        held = cls(tuple(parts), first).index_partitions
-        return cls(tuple(parts), first, max(1, -(-held // max(1, first))))
-
-    @property
-    def starts(self) -> list[int]:
-        out, at = [], self.first
-        for p in self.parts:
-            out.append(at)
-            at += p.partitions
-        return out
-
-    @property
-    def index_partitions(self) -> int:
-        return sum(p.partitions for p in self.parts)
-
-    @property
-    def total(self) -> int:
-        return self.first + -(-self.index_partitions // self.group)
-
-    @property
-    def placement(self) -> Placement:
-        from dedup.partition.keyspace import Placement
-
-        return Placement(self.first, self.group)
-
-    def direct(self, exact: bool) -> bool:
-        """Whether matched band rows can join the buckets as read: they carry their text hashes and
-        whole keys (formats 3 to 6), and every document they name is in a docs file (with `exact`,
-        only those whose text is in their output take part, which the docs files tell)."""
-        return not exact and all(TKEYS_IN_BANDS <= p.format < KEY_PREFIXES for p in self.parts)
-
-    @property
-    def first_key(self) -> int:
-        from dedup.partition.keyspace import ROW_BITS
-
-        return self.first << ROW_BITS
-
-    def locate(self, q: int) -> tuple[IndexPart, int, int]:
-        """(index part, its partition, the part's first global partition) of global partition q."""
-        for part, start in zip(self.parts, self.starts):
-            if start <= q < start + part.partitions:
-                return part, q - start, start
-        raise IndexError(f"partition {q} is not an index partition")
-
-    def translate(self, part: IndexPart, keys: NDArray[np.int64]) -> NDArray[np.int64]:
-        """Keys of the run that wrote `part` (its own partitions first, then its sources' in order) as
-        keys of this run (`starts`): where the roots its docs files name are now."""
-        from dedup.partition.keyspace import ROW_BITS
-
-        by_uid = {p.uid: (p, s) for p, s in zip(self.parts, self.starts)}
-        bounds, moved = [part.partitions], [by_uid[part.uid][1]]
-        for uid in part.sources:
-            src, start = by_uid[uid]
-            bounds.append(bounds[-1] + src.partitions)
-            moved.append(start)
-        q = keys >> ROW_BITS
-        which = np.searchsorted(np.asarray(bounds, np.int64), q, "right")
-        first = np.asarray([0, *bounds[:-1]], np.int64)
-        moved_to = np.asarray(moved, np.int64)[which] + q - first[which]
-        return (moved_to << ROW_BITS) | (keys & ((1 << ROW_BITS) - 1))
-
-    def gathered(self, g: int) -> list[int]:
-        """The global index partitions that this run's partition g (>= first) gathers."""
-        lo = self.first + (g - self.first) * self.group
-        return list(range(lo, min(lo + self.group, self.first + self.index_partitions)))
+from dedup.storage.index_layout import Layout
+from dedup.storage.output_texts import check_texts, output_texts
 
 
 def matched_rows(new: Any, layout: Layout, parts: int, partition_info: dict[str, Any] | None = None) -> Any:
@@ -370,8 +285,8 @@ def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool
     if read.any():
         at = np.flatnonzero(read)
         files = taken.column("file").take(pa.array(at)).to_pylist()
-        got = _output_texts(part, files, taken.column("row").take(pa.array(at)).to_numpy())
-        _check_texts(part, taken.take(pa.array(at)), got)
+        got = output_texts(part, files, taken.column("row").take(pa.array(at)).to_numpy())
+        check_texts(part, taken.take(pa.array(at)), got)
         if not held.all():
             rebuilt = np.flatnonzero(~held[at])
             sigs[at[rebuilt]] = arrow_signatures(got.take(pa.array(rebuilt)), num_perm=params.num_perm,
@@ -381,87 +296,6 @@ def _partition_rows(need: NDArray[np.int64], q: int, layout: Layout, exact: bool
             texts = got.to_pylist()
     taken = taken.select(["doc", "id", "root", "root_doc", "tkey", "tkey2", "file", "row"])
     return need[ok] + offset, taken, sigs, texts
-
-
-def _check_texts(part: IndexPart, rows: pa.Table, texts: pa.Array) -> None:
-    """Raise `UsageError` unless each text read from the earlier OUTPUT has the text hashes its docs-file
-    row (of `rows`) records: a file patched in place (same size, same footer: bit rot, a byte-patching
-    tool) passes the stamps' check, but not this one."""
-    from dedup.core.minhash import SIGNATURE_CHUNK
-    from dedup.core.text import encode_arrow
-    from dedup.partition.features import text_keys
-
-    want, want2 = rows.column("tkey").to_numpy(), rows.column("tkey2").to_numpy()
-    bad = []
-    for lo in range(0, len(texts), SIGNATURE_CHUNK):
-        got, got2 = text_keys(encode_arrow(texts.slice(lo, SIGNATURE_CHUNK)))
-        hi = lo + len(got)
-        bad.append(lo + np.flatnonzero(((got != want[lo:hi]) | (got2 != want2[lo:hi])) & (want[lo:hi] != 0)))
-    bad_rows = np.concatenate(bad) if bad else np.zeros(0, np.int64)
-    if len(bad_rows):
-        at = int(bad_rows[0])
-        more = f", and {len(bad_rows) - 1} more of the rows read" if len(bad_rows) > 1 else ""
-        raise UsageError(f"--against {part.shown}: row {rows.column('row')[at].as_py()} of "
-                         f"{rows.column('file')[at].as_py()} no longer holds the text its index describes (the file "
-                         f"was changed in place since dedup wrote it{more}). {DAMAGED}")
-
-
-TEXT_BATCH_BYTES = 8 * 2**20
-"""About how many bytes of an earlier OUTPUT's text column are decoded at a time while the texts of
-its matched documents are taken (`_output_texts`): a batch, not a file's whole column (65 MB for a
-§7 shard of 56,250 documents; a shard of long documents holds gigabytes), so a task's memory
-stays bounded, and two threads reading at once ran about a fifth faster than with whole columns."""
-
-
-def _output_texts(part: IndexPart, files: list[str], rows: NDArray[np.int64]) -> pa.Array:
-    """The texts at (file, row) of the earlier OUTPUT `part` indexes, in the order given, as one Arrow
-    string array: of each file, only the text column of the row groups holding one of the rows is
-    read, in batches of about `TEXT_BATCH_BYTES`, and no further than the last row wanted."""
-    pieces, order = [], []
-    names, of_file = np.unique(np.asarray(files, dtype=object), return_inverse=True)
-    for i, name in enumerate(names.tolist()):
-        which = np.flatnonzero(of_file == i)
-        want = rows[which].astype(np.int64)
-        pieces.append(_file_texts(f"{part.output}/{name}", part.text_column, want))
-        order.append(which)
-    if not pieces:
-        return pa.array([], pa.large_string())
-    joined = pa.concat_arrays(pieces)
-    return joined.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
-
-
-def _file_texts(path: str, text_column: str, want: NDArray[np.int64]) -> pa.Array:
-    """The texts at rows `want` of one Parquet file, in that order (large strings)."""
-    import pyarrow.parquet as pq
-
-    from dedup.storage.shards import open_input
-
-    with open_input(path) as fh:
-        pf = pq.ParquetFile(fh)
-        md = pf.metadata
-        sizes = np.asarray([md.row_group(g).num_rows for g in range(md.num_row_groups)], np.int64)
-        bounds = np.concatenate([[0], np.cumsum(sizes)])
-        group_of = np.searchsorted(bounds, want, "right") - 1
-        groups = np.unique(group_of)
-        first = np.zeros(len(sizes), np.int64)  # where each group read starts among the rows read
-        first[groups] = np.concatenate([[0], np.cumsum(sizes[groups])[:-1]])
-        at = first[group_of] + want - bounds[group_of]  # each wanted row among the rows read
-        col = md.schema.to_arrow_schema().get_field_index(text_column)
-        text_bytes = sum(md.row_group(int(g)).column(col).total_uncompressed_size for g in groups)
-        per_row = max(1, text_bytes // max(1, int(sizes[groups].sum())))
-        batch = int(max(64, TEXT_BATCH_BYTES // per_row))
-        sorted_at = np.sort(at)
-        taken, start = [], 0
-        for got in pf.iter_batches(batch_size=batch, row_groups=groups.tolist(), columns=[text_column],
-                                   use_threads=False):
-            lo, hi = np.searchsorted(sorted_at, [start, start + got.num_rows])
-            if hi > lo:
-                taken.append(got.column(0).take(pa.array(sorted_at[lo:hi] - start)).cast(pa.large_string()))
-            start += got.num_rows
-            if hi == len(sorted_at):
-                break
-    texts = pa.concat_arrays(taken) if taken else pa.array([], pa.large_string())
-    return texts.take(pa.array(np.searchsorted(sorted_at, at)))
 
 
 def _groups_holding(pf: Any, need: NDArray[np.int64]) -> list[int]:
