@@ -102,6 +102,23 @@ def ref_band_keys(signature: list[int], num_bands: int = 16, rows_per_band: int 
     return out
 
 
+def ref_components(adjacent: dict[int, set[int]], nodes: set[int]) -> list[set[int]]:
+    """The connected components of `nodes` under `adjacent` (edges to other nodes ignored), by search."""
+    out, seen = [], set()
+    for start in sorted(nodes):
+        if start in seen:
+            continue
+        part, todo = set(), [start]
+        while todo:
+            x = todo.pop()
+            if x not in part:
+                part.add(x)
+                todo.extend(adjacent[x] & nodes)
+        seen |= part
+        out.append(part)
+    return out
+
+
 def ref_clusters(ids: list[str], texts: list[str], *, mode: str, threshold: float, confirm: str, k: int = 5,
                  num_perm: int = 128, num_bands: int = 16, rows_per_band: int = 8, seed: int = 0,
                  rank: dict[str, object] | None = None) -> dict[str, tuple[str, float | None]]:
@@ -134,19 +151,7 @@ def ref_clusters(ids: list[str], texts: list[str], *, mode: str, threshold: floa
                     adjacent[y].add(x)
 
     def parts(nodes: set[int]) -> list[set[int]]:
-        out, seen = [], set()
-        for start in sorted(nodes):
-            if start in seen:
-                continue
-            part, todo = set(), [start]
-            while todo:
-                x = todo.pop()
-                if x not in part:
-                    part.add(x)
-                    todo.extend(adjacent[x] & nodes)
-            seen |= part
-            out.append(part)
-        return out
+        return ref_components(adjacent, nodes)
 
     result: dict[str, tuple[str, float | None]] = {i: (i, None) for i in ids}
     todo = [p for p in parts(set(range(n))) if len(p) > 1]

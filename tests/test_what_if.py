@@ -18,6 +18,7 @@ from dedup.job.pipeline import run
 from dedup.job.what_if import removed_on_cluster
 from dedup.partition.what_if import removed_at
 from tests.conftest import write_shards
+from tests.reference import ref_components
 
 THRESHOLDS = (0.7, 0.75, 0.8, 0.85, 0.9)
 FIRST_INDEXED = 1_000
@@ -52,18 +53,8 @@ def _plain(rows: list[tuple[int, int, float, bool]], t: float, run_t: float, fir
         if (confirmed if t == run_t else np.float32(s) >= np.float32(t)):
             adjacent.setdefault(a, set()).add(b)
             adjacent.setdefault(b, set()).add(a)
-    seen: set[int] = set()
     removed = 0
-    for start in adjacent:
-        if start in seen:
-            continue
-        part, todo = set(), [start]
-        while todo:
-            x = todo.pop()
-            if x not in part:
-                part.add(x)
-                todo.extend(adjacent[x] - part)
-        seen |= part
+    for part in ref_components(adjacent, set(adjacent)):
         new = [x for x in part if x < first]
         removed += len(new) if len(new) < len(part) else len(new) - 1
     return removed
