@@ -26,7 +26,7 @@ COMPONENT_MODES = ("auto", "client", "distributed")
 CLIENT_COMPONENT_EDGES = 20_000_000
 """`components="auto"` joins the confirmed edges on the client up to this many (16 bytes each there,
 about 50 while the union-find runs), on the cluster beyond."""
-WHAT_IF_CLIENT_EDGES = 500_000
+WHAT_IF_TASK_PAIRS = 500_000
 """The page's what-if table is counted in one task up to this many weighed pairs (21 bytes each there,
 about 80 more while counted: under 50 MiB whatever the corpus), by components on the cluster beyond
 (`dedup.job.what_if`); the pairs never come to the client."""

@@ -1,6 +1,6 @@
-"""The page's what-if table: what each threshold from 0.7 to 0.9 would remove, counted on the client
+"""The page's what-if table: what each threshold from 0.7 to 0.9 would remove, counted in one task
 while the weighed pairs are few, on the cluster beyond (`dedup.job.what_if`): the same counts, against
-a plain union-find of the pairs (`removed_at`), with and without an earlier output's documents."""
+a plain search of the pairs' components, with and without an earlier output's documents."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def _plain(rows: list[tuple[int, int, float, bool]], t: float, run_t: float, fir
 
 def test_a_run_counts_the_same_on_the_client_and_on_the_cluster(client, tmp_path: Path, corpus_frame: pd.DataFrame,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same run with the weighed pairs' budget on the client set to none: every pair stays on the
+    """The same run with the weighed pairs' budget for one task set to none: every pair stays on the
     workers and the table is the same; so with an earlier output's documents (--against)."""
     half = len(corpus_frame) // 2
     first = write_shards(corpus_frame.iloc[:half], tmp_path / "c1", 2)
@@ -70,7 +70,7 @@ def test_a_run_counts_the_same_on_the_client_and_on_the_cluster(client, tmp_path
     run(str(first), str(tmp_path / "r1"))
     tables = {}
     for budget in (10**9, 0):
-        monkeypatch.setattr("dedup.job.confirm.WHAT_IF_CLIENT_EDGES", budget)
+        monkeypatch.setattr("dedup.job.confirm.WHAT_IF_TASK_PAIRS", budget)
         m = run(str(second), str(tmp_path / f"r2-{budget}"), against=[str(tmp_path / "r1")], dry_run=True)
         tables[budget] = [(r["threshold"], r["removed"]) for r in m["what_if"]]
         assert dict(tables[budget])[0.8] == m["near_duplicates_found"]

@@ -12,7 +12,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from dedup.config import WHAT_IF_CLIENT_EDGES, Params
+from dedup.config import WHAT_IF_TASK_PAIRS, Params
 from dedup.core.lsh import probability
 from dedup.job.checkpoints import Through, as_is
 from dedup.job.compute import compute
@@ -74,7 +74,7 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     on each side, in the same round trip as the counts (the page's). `what_if`: the thresholds of the
     page's what-if table: the pairs any of them would join (`what_if_edges`) are counted in that round
     trip too, and what each threshold would remove is counted from them in one task while they are at
-    most `WHAT_IF_CLIENT_EDGES`, else by components on the cluster (`dedup.job.what_if`): the pairs never
+    most `WHAT_IF_TASK_PAIRS`, else by components on the cluster (`dedup.job.what_if`): the pairs never
     come to the client. `first_indexed`: the first key of the earlier indexes' documents."""
     n_new = feat.npartitions if n_new is None else n_new
     routes = edges.map_partitions(confirm_routes, meta=ROUTED_META)
@@ -99,7 +99,7 @@ def confirm(edges: dd.DataFrame, feat: dd.DataFrame, texts: dd.DataFrame, *, tex
     removed = None
     if what_if:
         rows = int(rest[-1]["n"].sum())
-        if rows <= WHAT_IF_CLIENT_EDGES:  # one task counts them (a worker's), the counts come back
+        if rows <= WHAT_IF_TASK_PAIRS:  # one task counts them (a worker's), the counts come back
             (removed,) = compute(dask.delayed(removed_at_parts)(weighed[0].to_delayed(), tuple(what_if),
                                                                 params.threshold, first_indexed))
         else:
@@ -174,10 +174,9 @@ class Confirm(Step):
                                               through=partial(job.kept.through, self.name))
         if conf.what_if is not None:
             p = s.params
-            removed = conf.what_if
             report.what_if = [{"threshold": t, "removed": r,
                                "candidate_at": round(float(probability(t, p.num_bands, p.rows_per_band)), 4)}
-                              for t, r in zip(thresholds, removed)]
+                              for t, r in zip(thresholds, conf.what_if)]
         job.near_pairs = conf.near_threshold
         report.similarity_histogram = conf.similarity_histogram
         report.candidate_pairs, report.confirmed_pairs = conf.candidate_pairs, conf.confirmed_pairs

@@ -1,5 +1,5 @@
 """The page's what-if table on the cluster: what each threshold from 0.7 to 0.9 would remove, counted
-where the weighed pairs are when there are too many to bring to the client (`WHAT_IF_CLIENT_EDGES`).
+where the weighed pairs are when there are too many for one task (`WHAT_IF_TASK_PAIRS`).
 
 For each threshold, the pairs it would join are joined into components by the same large-star/small-
 star rounds as the components stage, on negated keys so that each component's label is its largest key

@@ -66,7 +66,7 @@ def removed_at(edges: pd.DataFrame, thresholds: Sequence[float], run_threshold: 
 def removed_at_parts(parts: Sequence[pd.DataFrame], thresholds: Sequence[float], run_threshold: float,
                      first_indexed: int) -> list[int]:
     """`removed_at` of the weighed pairs of every partition, in one task (a worker's: its kernels are
-    loaded, and the pairs never come to the client); only while they are few (`WHAT_IF_CLIENT_EDGES`)."""
+    loaded, and the pairs never come to the client); only while they are few (`WHAT_IF_TASK_PAIRS`)."""
     edges = pd.concat(list(parts), ignore_index=True) if parts else WHAT_IF_META.copy()
     return removed_at(edges, thresholds, run_threshold, first_indexed)
 
