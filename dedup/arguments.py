@@ -12,6 +12,7 @@ from dedup.config import (
     CONFIRM_MODES,
     DEFAULT_SHINGLE_SIZE,
     MAX_CONTAMINATED,
+    MIN_COPIES,
     PARTITION_ROWS,
     SHINGLE_UNITS,
     Params,
@@ -87,9 +88,9 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
                             help="after decontamination, remove every line whose words occur as a line at least "
                                  "--min-copies times in the corpus, but from its first occurrence (the document with "
                                  "the smallest id); near duplicates are then found on the new texts")
-        ln.add_argument("--min-copies", type=int, default=2, metavar="N",
+        ln.add_argument("--min-copies", type=int, default=MIN_COPIES, metavar="N",
                         help="occurrences in the corpus (every document and line counted) that make a line "
-                             "repeated (default: 2)")
+                             f"repeated (default: {MIN_COPIES})")
     if decontam:
         d = p.add_argument_group("decontamination")
         d.add_argument("--protected", action="append", default=[], metavar="PATH",

@@ -18,8 +18,6 @@ from typing import Any
 
 from dedup.arguments import build_parser, params_of
 from dedup.config import (
-    MAX_CONTAMINATED,
-    PARTITION_ROWS,
     Params,
 )
 from dedup.job.watchdog import DEFAULT_LIMIT as STALL_TIMEOUT
@@ -100,18 +98,23 @@ def _prepare(args: argparse.Namespace) -> Any:
 def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str]) -> Any:
     from dedup.job import plan
 
-    return plan.prepare(args.input, args.output, plan.Options(
-        protected=protected, near=near, id_column=args.id_column, text_column=args.text_column, params=params,
-        drop=not getattr(args, "keep_duplicates", False), overwrite=args.overwrite,
-        components=getattr(args, "components", "auto"), features_on_disk=args.features_on_disk,
-        dry_run=args.dry_run, write_report=not args.no_report, against=getattr(args, "against", []),
-        skip_existing=getattr(args, "skip_existing", False),
-        write_index=near and not getattr(args, "no_index", False),
-        partition_rows=args.partition_rows or PARTITION_ROWS, restart=args.restart,
-        cluster_size=getattr(args, "cluster_size", False), keep_by=getattr(args, "keep_by", None),
-        clusters=getattr(args, "clusters", "connected"),
-        max_contaminated=getattr(args, "max_contaminated", MAX_CONTAMINATED),
-        lines=args.command == "lines" or getattr(args, "lines", False), min_copies=getattr(args, "min_copies", 2)))
+    given = {"protected": protected, "near": near, "id_column": args.id_column, "text_column": args.text_column,
+             "params": params, "overwrite": args.overwrite, "features_on_disk": args.features_on_disk,
+             "dry_run": args.dry_run, "write_report": not args.no_report, "restart": args.restart,
+             "write_index": near and not getattr(args, "no_index", False),
+             "lines": args.command == "lines" or getattr(args, "lines", False)}
+    # the flags this command has; the rest take `Options`' defaults
+    given.update({name: getattr(args, name) for name in OPTIONAL_FLAGS if hasattr(args, name)})
+    if hasattr(args, "keep_duplicates"):
+        given["drop"] = not args.keep_duplicates
+    if args.partition_rows:
+        given["partition_rows"] = args.partition_rows
+    return plan.prepare(args.input, args.output, plan.Options(**given))
+
+
+OPTIONAL_FLAGS = ("components", "against", "skip_existing", "cluster_size", "keep_by", "clusters", "max_contaminated",
+                  "min_copies")
+"""Options whose flags only some commands have (`dedup.arguments`), by their `Options` name."""
 
 
 def _import_pipeline(report: bool) -> None:
@@ -130,7 +133,7 @@ def _execute(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
     # the job's modules (dask.dataframe, pandas, pyarrow) and the page's plotting library load while
     # the cluster starts; the job waits for them, so that no import holds
     # the GIL the scheduler in this process needs while the job runs
-    importing = threading.Thread(target=_import_pipeline, args=(plan.write_report,), name="dedup-import",
+    importing = threading.Thread(target=_import_pipeline, args=(plan.options.write_report,), name="dedup-import",
                                  daemon=True)
     importing.start()
     try:

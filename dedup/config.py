@@ -33,6 +33,8 @@ about 80 more while counted: under 50 MiB whatever the corpus), by components on
 MAX_CONTAMINATED = 0.1
 """`--max-contaminated`: a run whose decontamination would remove more than this share of its input
 stops before publishing (a dry run only warns): an eval record that quotes boilerplate guts a corpus."""
+MIN_COPIES = 2
+"""`--min-copies`: the occurrences in the corpus that make a line's key repeated (line dedup)."""
 CLUSTER_MODES = ("connected", "centred")
 """`--clusters`: connected components of the confirmed graph (the contract's union-find), or
 clusters whose every member reaches the threshold with its survivor (docs/contract.md)."""

@@ -275,9 +275,9 @@ def test_a_settled_key_is_found_by_both_hashes_even_when_one_is_shared(settled: 
     hashes are a settled key's, also when settled keys share their first hash (small hashes here)."""
     from dedup.partition.lines import _settled_row
 
-    decided = pd.DataFrame({"h1": np.array([a for a, _ in settled], np.uint64),
+    line_keys = pd.DataFrame({"h1": np.array([a for a, _ in settled], np.uint64),
                             "h2": np.array([b for _, b in settled], np.uint64)})
-    got = _settled_row(np.array([a for a, _ in wanted], np.uint64), np.array([b for _, b in wanted], np.uint64), decided)
+    got = _settled_row(np.array([a for a, _ in wanted], np.uint64), np.array([b for _, b in wanted], np.uint64), line_keys)
     where = {key: i for i, key in enumerate(settled)}
     assert got.tolist() == [where.get(key, -1) for key in wanted]
 

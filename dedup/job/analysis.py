@@ -1,9 +1,11 @@
-"""The job's stages in the order they run, and `analyse`, which runs them on a Dask frame.
+"""The job's stages in the order they run: the pipeline is this list.
 
-    [lines] -> features (and unique ids) -> [contamination] -> buckets -> confirm -> components -> [survivors] -> roots
+    read -> [lines] -> features (and unique ids) -> [contamination] -> buckets -> confirm -> components
+         -> [survivors] -> roots -> [shown] -> write -> [report]
 
-Each is a `dedup.job.stage.Step` in the module of its name; the write (`dedup.job.output`) follows
-them. Adding a stage is one module and one entry in `STAGES`.
+Each is a `dedup.job.stage.Step` in the module of its name, declaring the results it reads and
+gives; `dedup.job.stage.run_stages` runs those a job wants and holds each to its declaration.
+Adding a stage is one module and one entry in `STAGES`. docs/architecture.md has the table.
 """
 
 from __future__ import annotations
@@ -12,43 +14,26 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from dedup.config import COMPONENT_MODES
 from dedup.job.buckets import Buckets
-from dedup.job.checkpoints import Checkpoints
 from dedup.job.components import Components
 from dedup.job.confirm import Confirm
 from dedup.job.contamination import Contamination
-from dedup.job.counts import Report
-from dedup.job.decisions import Decisions
 from dedup.job.features import Features
 from dedup.job.lines import Lines
+from dedup.job.output import WRITE, Write
+from dedup.job.page_data import Page, Shown
+from dedup.job.read import Read
 from dedup.job.roots import Roots
-from dedup.job.stage import Job, Settings, Step, run_stages
+from dedup.job.stage import Step
 from dedup.job.survivors import Survivors
-from dedup.storage.safety import UsageError
 
-STAGES: tuple[Step, ...] = (Lines(), Features(), Contamination(), Buckets(), Confirm(), Components(), Survivors(), Roots())
+STAGES: tuple[Step, ...] = (Read(), Lines(), Features(), Contamination(), Buckets(), Confirm(), Components(),
+                            Survivors(), Roots(), Shown(), Write(), Page())
 """The stages, in order; each runs when its `wanted` says the job needs it."""
 
-WRITE = "write"
-ORDER = (*(s.name for s in STAGES), WRITE)
+ORDER = (*(s.name for s in STAGES if s.kept), WRITE)
 """The stages whose results are kept for a resumed run, in the order they run (the write keeps
 each partition it finished, `dedup.job.output`)."""
-
-
-def analyse(ddf: dd.DataFrame, settings: Settings, report: Report, kept: Checkpoints | None = None) -> Decisions:
-    """Run the stages on `ddf` (the id and text columns, and `_keep` with `--keep-by`); the report gets
-    every count. `kept`: each stage's results are kept there as it finishes, and those an interrupted
-    run finished are read back instead of computed."""
-    if settings.components not in COMPONENT_MODES:
-        raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. "
-                         f"Got {settings.components!r} instead.")
-    job = run_stages(Job(settings, ddf, report, kept or Checkpoints.nowhere()), STAGES)
-    lines = job.decided if settings.lines else None
-    if not settings.near:
-        return Decisions(job.feat, None, None, None, job.examples, lines=lines)
-    return Decisions(job.feat, job.roots, job.roots if settings.details else None, job.summary, job.examples,
-                     job.near_pairs, lines)
 
 
 def check_columns(ddf: dd.DataFrame, id_column: str, text_column: str) -> None:

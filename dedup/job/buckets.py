@@ -1,4 +1,4 @@
-"""Stage 3 on Dask: band rows routed to their key's range, made into bucket edges (and written as
+"""The buckets stage on Dask: band rows routed to their key's range, made into bucket edges (and written as
 the index's band files); with `--against`, the earlier indexes' rows of the same buckets joined."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dedup.job.checkpoints import Through, as_is
 from dedup.job.graphs import persist, persist_counting
 from dedup.job.manifest import bucket_warning
 from dedup.job.routing import ROWS_META, route, route_ranges, row_count
-from dedup.job.stage import Job, Step
+from dedup.job.stage import Settings, Step, View
 from dedup.partition import keyspace
 from dedup.partition.buckets import EDGE_META, KIND_APPROX, LONG_META, bucket_edges, long_form
 from dedup.partition.features import KEEP, ROOT_DOC
@@ -127,22 +127,24 @@ def _approx_sizes(e: pd.DataFrame) -> pd.DataFrame:
 
 
 class Buckets(Step):
-    """Stage 3: bucket edges (and this run's index band files); with `--against`, the earlier outputs'
-    documents that share a bucket with this input, whose features and texts the next stages read
-    after this input's (`feat_all`, `texts`)."""
+    """Bucket edges (and this run's index band files); with `--against`, where the earlier outputs'
+    documents sit in the key space (`layout`) and those that share a bucket with this input, whose
+    features and texts the next stages read after this input's (`feat_all`, `texts`)."""
 
     name = "buckets"
+    reads = ("feat", "documents")
+    gives = ("layout", "edges", "edge_rows", "idx_feat", "feat_all", "texts")
     values = ("edge_rows",)
     frames = ("edges", "idx_feat")
 
-    def wanted(self, job: Job) -> bool:
-        return job.settings.near
+    def wanted(self, s: Settings) -> bool:
+        return s.near
 
-    def before(self, job: Job) -> None:
+    def before(self, job: View) -> None:
         against = job.settings.against
         job.layout = index_layout.Layout.gathering(against, job.feat.npartitions) if against else None
 
-    def run(self, job: Job) -> str:
+    def run(self, job: View) -> str:
         s, report = job.settings, job.report
         job.edges, job.idx_feat, b = buckets(job.feat, s.params, s.npartitions, index_out=s.index_out,
                                              layout=job.layout, rows=report.input_rows,
@@ -159,10 +161,10 @@ class Buckets(Step):
                         "bucket with this input")
         return summary
 
-    def after(self, job: Job) -> None:
-        feat, ddf, text_column = job.feat, job.ddf, job.settings.text_column
-        job.feat_all, job.texts = feat, ddf
+    def after(self, job: View) -> None:
+        feat, ddf, text_column = job.feat, job.documents, job.settings.text_column
         if job.idx_feat is None:
+            job.feat_all, job.texts = feat, ddf
             return
         # persisted once: every use in confirm and roots would redo the concat
         old = job.idx_feat.partitions[feat.npartitions:].clear_divisions()

@@ -1,4 +1,4 @@
-"""Stage 5 on Dask: connected components of the confirmed graph, on the client (union-find, fed
+"""The components stage on Dask: connected components of the confirmed graph, on the client (union-find, fed
 partition by partition) or on the cluster (large-star/small-star rounds)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dedup.core.unionfind import components
 from dedup.job.compute import active_client, compute
 from dedup.job.graphs import persist, persist_counting
 from dedup.job.routing import route_by
-from dedup.job.stage import Job, Step
+from dedup.job.stage import Settings, Step, View
 from dedup.partition import ccstar, keyspace
 from dedup.partition.roots import MEMBER_META
 
@@ -147,28 +147,29 @@ def _normalised(d: pd.DataFrame) -> pd.DataFrame:
 
 
 class Components(Step):
-    """Stage 5: the confirmed graph's connected components, on the client while its edges are few
-    (`CLIENT_COMPONENT_EDGES`), else on the cluster."""
+    """The confirmed graph's connected components (`labels`: doc, label), on the client while its edges
+    are few (`CLIENT_COMPONENT_EDGES`), else on the cluster; `placed`: whether the labels are at their
+    documents' partitions already (the client puts them there)."""
 
     name = "components"
-    values = ("mode",)
+    reads = ("graph", "graph_edges", "feat", "feat_all", "layout")
+    gives = ("labels", "placed")
+    values = ("placed",)
     frames = ("labels",)
 
-    def wanted(self, job: Job) -> bool:
-        return job.settings.near
+    def wanted(self, s: Settings) -> bool:
+        return s.near
 
-    def run(self, job: Job) -> str:
+    def run(self, job: View) -> str:
         s = job.settings
         mode = s.components
         if mode == "auto":
             mode = "client" if job.graph_edges <= CLIENT_COMPONENT_EDGES else "distributed"
-        job.mode = job.report.components = mode
+        job.report.components = mode
+        job.placed = mode == "client"
         if mode == "client":
             job.labels = components_on_client(job.graph, job.feat_all.npartitions, s.spill_dir, job.placement)
             return f"{job.graph_edges} edges joined on the client"
         job.labels, rounds = components_on_cluster(job.graph, s.npartitions or job.feat.npartitions, job.graph_edges)
         job.report.component_rounds = rounds
         return f"{job.graph_edges} edges joined on the cluster in {rounds} large/small-star rounds"
-
-    def after(self, job: Job) -> None:
-        job.placed = job.mode == "client"

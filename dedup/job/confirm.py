@@ -1,4 +1,4 @@
-"""Stage 4 on Dask: each candidate pair taken to its left document's partition, then scored at its
+"""The confirm stage on Dask: each candidate pair taken to its left document's partition, then scored at its
 right document's."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dedup.job.features import read_for, without_signatures
 from dedup.job.graphs import persist, persist_counting, persisted_bytes
 from dedup.job.page_data import NEAR_PAIRS
 from dedup.job.routing import ROWS_META, route, row_count
-from dedup.job.stage import Job, Step
+from dedup.job.stage import Settings, Step, View
 from dedup.job.what_if import removed_on_cluster
 from dedup.partition import keyspace
 from dedup.partition.confirm import (
@@ -154,17 +154,19 @@ def _tally(d: pd.DataFrame, column: str) -> pd.DataFrame:
 
 
 class Confirm(Step):
-    """Stage 4: every candidate pair scored, the confirmed graph; the pairs nearest the threshold for the page."""
+    """Every candidate pair scored, the confirmed graph; the pairs nearest the threshold for the page."""
 
     name = "confirm"
+    reads = ("edges", "edge_rows", "feat", "feat_all", "texts", "layout")
+    gives = ("graph", "graph_edges", "scored", "near_pairs")
     values = ("graph_edges",)
     frames = ("graph", "scored")
     tables = ("near_pairs",)
 
-    def wanted(self, job: Job) -> bool:
-        return job.settings.near
+    def wanted(self, s: Settings) -> bool:
+        return s.near
 
-    def run(self, job: Job) -> str:
+    def run(self, job: View) -> str:
         s, report = job.settings, job.report
         thresholds = sorted({*WHAT_IF_THRESHOLDS, s.params.threshold})
         job.graph, job.scored, conf = confirm(job.edges, job.feat_all, job.texts, text_column=s.text_column,

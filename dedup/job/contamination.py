@@ -1,4 +1,4 @@
-"""Stage 2 on Dask: contaminated documents counted per protected file and record."""
+"""The contamination stage on Dask: contaminated documents counted per protected file and record."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dedup.core.text import encode_batch, texts_of
 from dedup.job.compute import compute, shared
 from dedup.job.features import without_signatures
 from dedup.job.manifest import contamination_guard, record_warning
-from dedup.job.stage import Job, Step
+from dedup.job.stage import Settings, Step, View
 from dedup.partition.features import first_examples, record_examples
 from dedup.storage.safety import TooContaminated
 
@@ -85,19 +85,22 @@ def _listed(feat: pd.DataFrame) -> pd.DataFrame:
 
 
 class Contamination(Step):
-    """Stage 2 (with protected files): the contaminated documents per protected file and record; then
-    the guard: a run that would remove more than `max_contaminated` of its input stops here."""
+    """With protected files: the contaminated documents per protected file and record (and an example
+    of each for the page); then the guard: a run that would remove more than `max_contaminated` of its
+    input stops here."""
 
     name = "contamination"
+    reads = ("documents", "feat")
+    gives = ("examples",)
     tables = ("examples",)
 
-    def wanted(self, job: Job) -> bool:
-        return job.settings.protected is not None
+    def wanted(self, s: Settings) -> bool:
+        return s.protected is not None
 
-    def run(self, job: Job) -> str:
+    def run(self, job: View) -> str:
         s, report = job.settings, job.report
         assert s.protected is not None
-        got = contamination(job.ddf, job.feat, s.protected, s.text_column, report.input_rows, report.contaminated,
+        got = contamination(job.documents, job.feat, s.protected, s.text_column, report.input_rows, report.contaminated,
                             examples=s.details)
         job.examples = got.examples
         report.contaminated_by_file = got.by_file
@@ -105,7 +108,7 @@ class Contamination(Step):
         report.contaminated_records = got.records
         return f"{report.contaminated} documents hit {got.records} protected record(s)"
 
-    def after(self, job: Job) -> None:
+    def after(self, job: View) -> None:
         limit = job.settings.max_contaminated
         if limit is not None and (stop := contamination_guard(job.report, limit)):
             raise TooContaminated(stop)

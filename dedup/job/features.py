@@ -1,4 +1,4 @@
-"""Stage 1 on Dask: every document's features, computed once and kept (worker memory or disk)."""
+"""The features stage on Dask: every document's features, computed once and kept (worker memory or disk)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from dedup.job.checkpoints import Through, as_is, read_part
 from dedup.job.compute import compute, shared
 from dedup.job.graphs import persist
 from dedup.job.ids import check_unique_ids, conflict_counts, existing_ids, id_conflicts
-from dedup.job.stage import Job, Step
+from dedup.job.lines import rewritten
+from dedup.job.stage import Settings, Step, View
 from dedup.partition.features import EMPTIED, KEEP, SIG, document_features, features_meta
 from dedup.storage import io
 
@@ -113,15 +114,25 @@ def _materialise(feat: dd.DataFrame, features_dir: str) -> dd.DataFrame:
 
 
 class Features(Step):
-    """Stage 1: the features, kept (worker memory or `features_dir`), and the ids' check in the same
-    round trip (every id unique, and new to the earlier outputs' indexes unless `skip_existing`)."""
+    """The documents every later stage reads (`documents`: the source, with line dedup its texts
+    rewritten), their features, kept (worker memory or `features_dir`), and the ids' check in the
+    same round trip (every id unique, and new to the earlier outputs' indexes unless `skip_existing`)."""
 
     name = "features"
+    reads = ("source", "line_keys")
+    gives = ("documents", "feat")
     frames = ("feat",)
 
-    def run(self, job: Job) -> str:
+    def needs(self, s: Settings) -> tuple[str, ...]:
+        return self.reads if s.lines else ("source",)
+
+    def before(self, job: View) -> None:
+        s = job.settings
+        job.documents = rewritten(job.source, job.line_keys, s.text_column) if s.lines else job.source
+
+    def run(self, job: View) -> str:
         s, report = job.settings, job.report
-        feat, lazy_counts = features(job.ddf, id_column=s.id_column, text_column=s.text_column, params=s.params,
+        feat, lazy_counts = features(job.documents, id_column=s.id_column, text_column=s.text_column, params=s.params,
                                      protected=s.protected, features_dir=s.features_dir,
                                      through=partial(job.kept.through, self.name), near=s.near)
         conflicts, k, lazy_ids = id_conflicts(without_signatures(feat), s.npartitions, against=s.against, index_out=s.index_out,
@@ -137,7 +148,7 @@ class Features(Step):
         id_counts, sample = conflict_counts(k, ic, sample)
         report.id_partitions = id_counts.id_partitions
         check_unique_ids(sample[sample["kind"] == 0], s.id_column, s.locate, id_counts.repeated)
-        summary = (f"{report.input_rows} rows in {job.ddf.npartitions} partitions, {report.contaminated} "
+        summary = (f"{report.input_rows} rows in {job.documents.npartitions} partitions, {report.contaminated} "
                    "contaminated; every id occurs once")
         if s.against:
             feat = existing_ids(feat, conflicts, id_counts.existing, sample[sample["kind"] == 1], s.id_column,
@@ -148,11 +159,11 @@ class Features(Step):
         job.feat = feat
         return summary
 
-    def keep(self, job: Job) -> dict[str, Any]:
+    def keep(self, job: View) -> dict[str, Any]:
         on_disk = job.settings.features_dir is not None and not job.report.skipped_existing  # else marked, in memory
         return {"written": {"feat": job.feat}} if on_disk else {"frames": {"feat": job.feat}}
 
-    def restore(self, job: Job, values: dict[str, Any]) -> None:
+    def restore(self, job: View, values: dict[str, Any]) -> None:
         job.feat = job.kept.frame(self.name, "feat")
         if job.settings.features_dir is None:  # kept in memory, as the interrupted run did
             job.feat = persist(job.feat)

@@ -1,8 +1,9 @@
-"""Stage 0 on Dask, with `dedup lines` or `run --lines`: exact line dedup (docs/contract.md, section
-6b). Each partition's keyed lines counted and their first occurrence found (`partition_firsts`),
-routed by key to ranges where each key is settled over the corpus (`settle_keys`), and the settled
-keys routed back to the partitions holding them (`decided`, persisted): the features, the texts the
-later stages read and the write all rewrite a partition's texts from it (`rewritten_frame`)."""
+"""The lines stage on Dask, with `dedup lines` or `run --lines`: exact line dedup (docs/contract.md,
+section 6b). Each partition's keyed lines counted and their first occurrence found
+(`partition_firsts`), routed by key to ranges where each key is settled over the corpus
+(`settle_keys`), and the settled keys routed back to the partitions holding them (`line_keys`,
+persisted): the features stage (`documents`) and the write rewrite a partition's texts from them
+(`rewritten`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pandas as pd
 from dedup.job.compute import shared
 from dedup.job.graphs import persist_counting
 from dedup.job.routing import route_by
-from dedup.job.stage import Job, Step
+from dedup.job.stage import Settings, Step, View
 from dedup.partition import lines as part_lines
 from dedup.partition.features import ORIGINAL_TEXT
 from dedup.report.shown import shorten
@@ -27,18 +28,20 @@ LINE_ROW_BYTES = 96
 
 
 class Lines(Step):
-    """Stage 0: which lines each document loses; the texts every later stage reads are rewritten."""
+    """Which lines each document loses (`line_keys`), with their counts and the most repeated lines."""
 
     name = "lines"
+    reads = ("source",)
+    gives = ("line_keys", "line_counts", "top_lines")
     values = ("line_counts",)
-    frames = ("decided",)
+    frames = ("line_keys",)
     tables = ("top_lines",)
 
-    def wanted(self, job: Job) -> bool:
-        return job.settings.lines
+    def wanted(self, s: Settings) -> bool:
+        return s.lines
 
-    def run(self, job: Job) -> str:
-        s, ddf = job.settings, job.ddf
+    def run(self, job: View) -> str:
+        s, ddf = job.settings, job.source
         n = ddf.npartitions
         prot = shared(s.protected) if s.protected is not None else None
         id_dtype = ddf._meta[s.id_column].dtype
@@ -52,8 +55,8 @@ class Lines(Step):
                                          "hist": object})
         top = settled.map_partitions(part_lines.top_keys, meta=meta)
         keys = settled.map_partitions(part_lines.key_count, meta={"n": "int64"})
-        (decided,), (c, t, k) = persist_counting([back], [counts, top, keys])
-        job.decided = decided
+        (line_keys,), (c, t, k) = persist_counting([back], [counts, top, keys])
+        job.line_keys = line_keys
         job.top_lines = part_lines.top_keys(t).reset_index(drop=True)
         hist = np.sum(np.stack(c["hist"].to_list()), axis=0) if len(c) else np.zeros(part_lines.SHARE_BINS, np.int64)
         job.line_counts = {"min_copies": s.min_copies, "repeated_keys": int(k["n"].sum()),
@@ -64,13 +67,19 @@ class Lines(Step):
         return (f"{lc['lines_removed']} repeated lines ({lc['characters_removed']} characters) removed from "
                 f"{lc['documents_changed']} documents, {lc['documents_dropped']} left without a word")
 
-    def after(self, job: Job) -> None:
+    def after(self, job: View) -> None:
         s = job.settings
         job.report.lines = dict(job.line_counts or {})
-        job.report.top_lines = top_lines_table(job.top_lines)
-        meta = job.ddf._meta.assign(**{ORIGINAL_TEXT: job.ddf._meta[s.text_column]})
-        job.ddf = dd.map_partitions(part_lines.rewritten_frame, job.ddf, job.decided, s.text_column, ORIGINAL_TEXT,
-                                    meta=meta, align_dataframes=False)
+        top = top_lines_table(job.top_lines)
+        job.report.top_lines = with_texts(top, s.locate, s.text_column) if s.locate is not None else top
+
+
+def rewritten(source: dd.DataFrame, line_keys: dd.DataFrame, text_column: str) -> dd.DataFrame:
+    """`source` with each partition's texts rewritten without the lines it loses (`line_keys`), the
+    texts as they were beside them (`ORIGINAL_TEXT`): what every later stage reads."""
+    meta = source._meta.assign(**{ORIGINAL_TEXT: source._meta[text_column]})
+    return dd.map_partitions(part_lines.rewritten_frame, source, line_keys, text_column, ORIGINAL_TEXT,
+                             meta=meta, align_dataframes=False)
 
 
 def with_texts(top: list[dict[str, Any]], locate: Callable[[int], tuple[str, int]], text_column: str

@@ -9,6 +9,7 @@ from dedup.config import MAX_CONTAMINATED, Params
 from dedup.job.counts import Report
 from dedup.job.notices import banding, banding_warning, unspaced_warning
 from dedup.job.plan import Plan
+from dedup.job.stage import Job
 from dedup.job.versions import versions
 from dedup.report import removed
 from dedup.report.shown import shorten
@@ -78,11 +79,12 @@ def warnings_of(report: Report, params: Params, max_contaminated: float = MAX_CO
 
 def dropped_near(plan: Plan) -> int:
     """Near duplicates dropped from the output (none when they are only tagged)."""
-    return plan.report.near_duplicates if (plan.near and plan.drop) else 0
+    return plan.report.near_duplicates if (plan.options.near and plan.options.drop) else 0
 
 
-def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
-    """`_dedup.json`: what the run read, removed and wrote, with its parameters, versions and timings."""
+def build_manifest(plan: Plan, job: Job, output_rows: int) -> dict[str, Any]:
+    """`_dedup.json`: what the run read, removed and wrote, with its parameters, versions and timings
+    (`job`: where the features were kept, and what an interrupted run's stages gave it)."""
     report, params, prot = plan.report, plan.params, plan.protected
     return {
         "tool": "dedup", "input": plan.input, "input_files": len(plan.shards), "output": plan.output,
@@ -98,20 +100,21 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
         "approximated_buckets": report.approximated_buckets,
         "largest_approximated_bucket": report.largest_approximated_bucket,
         "max_bucket": params.max_bucket, "components": report.components,
-        "component_rounds": report.component_rounds, "near_dedup": plan.near, "drop_duplicates": plan.drop,
-        "cluster_size": plan.cluster_size, "keep_by": ":".join(plan.keep_by) if plan.keep_by else None,
-        "cluster_mode": plan.clusters, "below_threshold_to_survivor": report.below_survivor,
+        "component_rounds": report.component_rounds, "near_dedup": plan.options.near, "drop_duplicates": plan.options.drop,
+        "cluster_size": plan.options.cluster_size, "keep_by": ":".join(plan.keep_by) if plan.keep_by else None,
+        "cluster_mode": plan.options.clusters, "below_threshold_to_survivor": report.below_survivor,
         "survivor_rounds": report.survivor_rounds, "survivor_histogram": report.survivor_histogram,
-        "features_on_disk": plan.features_on_disk,
-        "id_column": plan.id_column, "text_column": plan.text_column,
+        "features_on_disk": job.settings.features_dir is not None,
+        "id_column": plan.id_column, "text_column": plan.options.text_column,
         "parameters": params.as_dict(), "fingerprint": params.fingerprint(),
-        "banding": banding(params) if plan.near else None,
+        "banding": banding(params) if plan.options.near else None,
         "protected_files": list(prot.files) if prot else [],
         "versions": versions(), "seconds": report.seconds,
-        "dry_run": plan.dry_run, "similarity_histogram": report.similarity_histogram,
+        "dry_run": plan.options.dry_run, "similarity_histogram": report.similarity_histogram,
         "what_if": report.what_if or None,
-        "warnings": warnings_of(report, params, plan.max_contaminated, plan.near), "max_contaminated": plan.max_contaminated,
-        "report": removed.PAGE if plan.write_report else None,
+        "warnings": warnings_of(report, params, plan.options.max_contaminated, plan.options.near),
+        "max_contaminated": plan.options.max_contaminated,
+        "report": removed.PAGE if plan.options.write_report else None,
         "against": [p.shown for p in plan.against], "indexed_documents": report.indexed_documents,
         "earlier_outputs": [{"output": p.shown, "indexed_documents": p.documents,
                              "near_duplicates": report.near_duplicates_by_output[i]
@@ -120,13 +123,13 @@ def build_manifest(plan: Plan, output_rows: int) -> dict[str, Any]:
         "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
         "skipped_existing": report.skipped_existing,
         "lines": ({**report.lines, "documents_dropped": report.emptied_by_lines, "top_lines": report.top_lines}
-                  if plan.lines else None),
+                  if plan.options.lines else None),
         "output_bytes": report.output_bytes,
         "index": ({"path": index.INDEX_DIR, "documents": report.index_documents,
                    "near_duplicates": report.index_near_duplicates, "bytes": report.index_bytes,
                    "bytes_per_document": (round(report.index_bytes / report.index_documents, 1)
                                           if report.index_documents else None)}
-                  if plan.write_index and plan.near and not plan.dry_run and plan.shards else None),
-        "removed": removed.REMOVED if plan.write_report else None,
-        **({"resumed": resumed} if plan.kept is not None and (resumed := plan.kept.summary()) else {}),
+                  if plan.options.write_index and plan.options.near and not plan.options.dry_run and plan.shards else None),
+        "removed": removed.REMOVED if plan.options.write_report else None,
+        **({"resumed": resumed} if (resumed := job.kept.summary()) else {}),
     }

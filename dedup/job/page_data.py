@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,15 +15,12 @@ from numpy.typing import NDArray
 from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
 from dedup.job.compute import active_client, compute
+from dedup.job.stage import Settings, Step, View
 from dedup.partition import keyspace
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD
 from dedup.report import page as report_page
 from dedup.report.shown import shorten
 from dedup.storage import reads
-
-if TYPE_CHECKING:
-    from dedup.job.decisions import Decisions
-
 
 TOP_CLUSTERS, MEMBERS_SHOWN = 5, 3
 NEAR_PAIRS = 3
@@ -114,14 +111,17 @@ class PageDocuments:
         return out
 
 
-def page_documents(decided: Decisions) -> PageDocuments:
-    """Which clusters and documents the page shows, from the summaries `analyse` computed."""
+def page_documents(feat: Any, clusters: pd.DataFrame | None, examples: pd.DataFrame | None,
+                   near: pd.DataFrame | None) -> PageDocuments:
+    """Which clusters and documents the page shows, from the summaries the stages computed: the roots
+    stage's of the clusters (`cluster_summary`), the contamination stage's examples, and the confirm
+    stage's pairs nearest the threshold."""
     sizes: dict[int, int] = {}
     tops: list[tuple[int, Any]] = []
     members = None
     wanted: list[int] = []
-    if decided.clusters is not None and len(decided.clusters):
-        g = decided.clusters
+    if clusters is not None and len(clusters):
+        g = clusters
         counts = g[g["kind"] == "size"].groupby("size")["count"].sum()
         sizes = {int(k): int(v) for k, v in counts.items()}
         t = g[g["kind"] == "top"]
@@ -129,18 +129,16 @@ def page_documents(decided: Decisions) -> PageDocuments:
         members = g[g["kind"] == "member"][["doc", "root", "_id"]]
         members = members[members["root"].astype(object).isin([r for _, r in tops])]
         wanted += members["doc"].astype(np.int64).tolist()
-    examples = decided.examples
     if examples is not None:  # one a record (`dedup.job.contamination`)
         wanted += examples["doc"].astype(np.int64).tolist()
-    near = decided.near_pairs
     if near is not None and len(near):
         wanted += near["left"].astype(np.int64).tolist() + near["right"].astype(np.int64).tolist()
-        ids = ids_of(decided.feat, np.unique(np.r_[near["left"].to_numpy(np.int64), near["right"].to_numpy(np.int64)]))
+        ids = ids_of(feat, np.unique(np.r_[near["left"].to_numpy(np.int64), near["right"].to_numpy(np.int64)]))
         near = near.assign(left_id=[ids[k] for k in near["left"].tolist()],
                            right_id=[ids[k] for k in near["right"].tolist()])
     keys = np.unique(np.asarray(wanted, dtype=np.int64))
     # an earlier output's documents (--against) are not read again
-    return PageDocuments(sizes, tops, members, examples, keys[keyspace.key_partition(keys) < decided.feat.npartitions],
+    return PageDocuments(sizes, tops, members, examples, keys[keyspace.key_partition(keys) < feat.npartitions],
                          near)
 
 
@@ -236,3 +234,49 @@ def _explain_scoring(exc: BaseException, listed: list[tuple[report_page.ClusterV
                        f"the longest document there is {shorten(which)} ({size:,} characters). Give the workers more "
                        "memory than that document needs (the same command then resumes from the shards written), "
                        "or run without the page (--no-report).") from exc
+
+
+class Shown(Step):
+    """With the page, in a run on files: which clusters and documents it shows (`shown`), so that the
+    write collects their texts as it writes them."""
+
+    name = "shown"
+    reads = ("feat", "summary", "examples", "near_pairs")
+    gives = ("shown",)
+    kept = False
+    timed = False
+
+    def wanted(self, s: Settings) -> bool:
+        return s.files and s.details
+
+    def needs(self, s: Settings) -> tuple[str, ...]:
+        return ("feat", *(("summary", "near_pairs") if s.near else ()), *(("examples",) if s.protected else ()))
+
+    def run(self, job: View) -> str:
+        s = job.settings
+        job.shown = page_documents(job.feat, job.summary if s.near else None,
+                                   job.examples if s.protected is not None else None,
+                                   job.near_pairs if s.near else None)
+        return ""
+
+
+class Page(Step):
+    """With the page, in a run on files: the largest clusters and the examples it shows, with their
+    texts (those the write collected, else read from the input). Never kept: run again whenever the
+    write was reused."""
+
+    name = "report"
+    reads = ("shown", "written")
+    gives = ("extras",)
+    kept = False
+
+    def wanted(self, s: Settings) -> bool:
+        return s.files and s.details
+
+    def run(self, job: View) -> str:
+        s, written, shown = job.settings, job.written, job.shown
+        job.kept.reused(self.name)  # the first stage a resumed run computes, when the write was reused
+        text_of = ({k: t for pairs in written["shards"]["texts"] for k, t in pairs} if "shards" in written
+                   else read_texts(shown.keys, s.locate, s.text_column) if s.locate is not None else {})
+        job.extras = report_extras(shown, text_of, s.params, s.protected)
+        return "the largest clusters and examples for the page"

@@ -1,14 +1,15 @@
 """The Dask job: Parquet shards in, near duplicates tagged or dropped, contaminated rows removed.
 
 `run` checks everything it can before any cluster starts (`dedup.job.plan.prepare`), then `execute`
-runs the stages (`dedup.job.analysis.STAGES`, each logging one line with its counts and seconds),
-writes every input file back through Arrow with the decisions of its rows (`dedup.job.output`),
-and commits OUTPUT atomically. `process`, `near_dedup_frame` and `decontaminate_frame` run the
+runs the stages (`dedup.job.analysis.STAGES`, each logging one line with its counts and seconds:
+from reading the input to writing every input file back through Arrow with the decisions of its
+rows, and the page), and publishes OUTPUT atomically. `process`, `near_dedup_frame` and `decontaminate_frame` run the
 same stages on a Dask DataFrame of your own and return it lazily.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import logging
@@ -19,28 +20,32 @@ from typing import Any
 import dask.dataframe as dd
 import pandas as pd
 
-from dedup.config import CLUSTER_MODES, MAX_CONTAMINATED, Params
+from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
-from dedup.job.analysis import WRITE, analyse, check_columns
-from dedup.job.checkpoints import STAGES_DIR
+from dedup.job import memory, write
+from dedup.job.analysis import ORDER, STAGES, check_columns
+from dedup.job.checkpoints import STAGES_DIR, Checkpoints
 from dedup.job.compute import settle
 from dedup.job.counts import Report
+from dedup.job.failures import explain_killed_worker
 from dedup.job.manifest import build_manifest, dropped_near
 from dedup.job.notices import warn
-from dedup.job.output import write_outputs
+from dedup.job.output import WRITE
 from dedup.job.plan import Options, Plan, prepare
-from dedup.job.stage import Settings
+from dedup.job.stage import Job, Settings, run_stages
 from dedup.partition.decisions import attach_roots
 from dedup.report import page as report_page
 from dedup.report import removed
 from dedup.storage import io
-from dedup.storage import shards as shards_mod
 from dedup.storage.index import INDEX_DIR
 from dedup.storage.protected import PathLike, read_protected
 from dedup.storage.safety import MANIFEST, UsageError
 from dedup.storage.staging import deferred_interrupts
 
 log = logging.getLogger("dedup")
+
+LABELS_DIR = "_labels"
+"""In the staging directory: the labels client components leave for the workers (`Settings.spill_dir`)."""
 
 
 def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near: bool = True,
@@ -54,17 +59,17 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
     Signatures are kept in worker memory (about 4 * num_perm bytes a document) unless
     `features_dir` names a directory to write them to. `clusters`: "connected" or "centred" (`run`).
     """
-    if clusters not in CLUSTER_MODES:
-        raise UsageError(f"The 'clusters' parameter must be one of {CLUSTER_MODES}. Got {clusters!r} instead.")
-    params = params or Params()
+    o = Options(near=near, id_column=id_column, text_column=text_column, params=params, drop=drop,
+                components=components, clusters=clusters)  # checked as `run`'s are
+    params = o.params or Params()
     report = report if report is not None else Report()
     check_columns(ddf, id_column, text_column)
     settings = Settings(params, id_column=id_column, text_column=text_column, protected=protected, near=near,
                         components=components, npartitions=npartitions, features_dir=features_dir, clusters=clusters)
-    d = analyse(ddf, settings, report)
+    job = run_stages(Job(settings, report, Checkpoints.nowhere(), given={"source": ddf}), STAGES)
     meta = ddf._meta.assign(minhash_cluster=pd.Series(dtype=ddf._meta[id_column].dtype)) if near else ddf._meta
-    return dd.map_partitions(_attach, ddf, d.feat, d.roots, id_column, drop and near, near, meta=meta,
-                             align_dataframes=False)
+    return dd.map_partitions(_attach, ddf, job.given["feat"], job.given.get("roots"), id_column, drop and near, near,
+                             meta=meta, align_dataframes=False)
 
 
 def _attach(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, id_column: str, drop: bool,
@@ -92,36 +97,77 @@ def decontaminate_frame(ddf: dd.DataFrame, protected: ProtectedNgrams | PathLike
 def execute(plan: Plan) -> dict[str, Any]:
     """Run a prepared job on the active client (or the local scheduler) and commit OUTPUT; the manifest.
 
-    Reads as its steps: the stages and the write (`_write`), the accounting check, the manifest and
-    the page, the commit. A failure or interrupt at any step leaves OUTPUT as it was."""
+    Reads as its steps: start (what the stages are asked, what an interrupted run kept), the stages
+    (`dedup.job.analysis.STAGES`, from the read to the write and the page), publish (the accounting
+    check, the manifest and the page, the commit). A failure or interrupt at any step leaves OUTPUT
+    as it was."""
+    job = None
     try:
         if plan.staging.complete:
             return _publish_left(plan)
-        extras = write_outputs(plan) if plan.shards else report_page.Extras()
-        if plan.dry_run:
-            _set_aside_for_the_run(plan)
-        if not plan.shards:
-            warn(plan.report, f"input {plan.input} holds no files: writing an empty output")
-        plan.staging.keep = False  # from here a failure leaves nothing to resume from
-        plan.staging.remove(STAGES_DIR)  # what a resumed run would need: never part of OUTPUT (nor is RESUME)
-        output_rows = _accounted_rows(plan)
-        plan.report.output_bytes = plan.staging.data_bytes() if plan.shards else 0
-        plan.report.seconds["total"] = round(time.perf_counter() - plan.start, 3)
-        manifest = build_manifest(plan, output_rows)
-        if plan.write_report:
-            _write_page(plan, manifest, extras)
-        plan.staging.write_json(MANIFEST, manifest)  # written last: the manifest marks the output complete
-        _commit(plan, output_rows)
+        job = start(plan)
+        if plan.shards:
+            run_stages(job, STAGES)
+        return publish(plan, job)
     except BaseException as exc:
+        if isinstance(exc, Exception) and job is not None:
+            explain_killed_worker(exc, [[p.describe() for p in g] for g in plan.groups],
+                                  plan.protected.nbytes / 1e6 if plan.protected else 0.0)
         if _no_space(exc):  # what was kept would only hold the space a new attempt needs
             plan.staging.keep = False
         plan.staging.abandon(settle=settle)  # the tasks still running end (or find their run ended) first
-        if plan.staging.keep and plan.kept is not None and plan.kept.finished():
+        if plan.staging.keep and job is not None and job.kept.finished():
             log.warning("the finished stages (%s) are kept in %s: the same command resumes from them, --restart "
-                        "starts over", ", ".join(plan.kept.finished()), plan.staging.url)
+                        "starts over", ", ".join(job.kept.finished()), plan.staging.url)
         raise
     finally:
         plan.close()
+
+
+def start(plan: Plan) -> Job:
+    """What the stages are asked to do (`Settings`, made here once) and the results an interrupted run
+    with this fingerprint kept (`Checkpoints`), said in one line."""
+    o, staging = plan.options, plan.staging
+    kept = Checkpoints(staging, ORDER)
+    if kept.reused_stages:
+        log.info("resuming: reusing %s from the %s of %s", ", ".join(kept.reused_stages),
+                 "dry run" if staging.from_dry_run else "interrupted run", staging.resumed_from)
+    elif staging.resumed_from is not None:
+        log.info("resuming: the interrupted run of %s finished no stage; starting from the first",
+                 staging.resumed_from)
+    rows = sum(s.rows for s in plan.shards)
+    on_disk = memory.features_on_disk(o.features_on_disk, rows, plan.params.num_perm) if plan.shards else \
+        bool(o.features_on_disk)
+    # the stages write their parts of the index in a dry run too: the run without --dry-run reuses them
+    index_out = f"{staging.url}/{INDEX_DIR}" if o.write_index and o.near else None
+    settings = Settings(
+        plan.params, id_column=plan.id_column, text_column=o.text_column, protected=plan.protected, near=o.near,
+        components=o.components, features_dir=kept.directory("features", "feat") if on_disk else None,
+        locate=write.locator(plan.groups), details=o.write_report, against=plan.against,
+        skip_existing=o.skip_existing, index_out=index_out, spill_dir=f"{staging.url}/{LABELS_DIR}", rows=rows,
+        cluster_size=o.cluster_size and o.near, keep=plan.keep_by[1] if plan.keep_by else None,
+        clusters=o.clusters, max_contaminated=None if o.dry_run else o.max_contaminated, lines=o.lines,
+        min_copies=o.min_copies, files=True, dry_run=o.dry_run)
+    return Job(settings, plan.report, kept, plan)
+
+
+def publish(plan: Plan, job: Job) -> dict[str, Any]:
+    """Check the accounting, write the manifest and the page, and commit OUTPUT; the manifest."""
+    plan.staging.remove(LABELS_DIR)
+    if plan.options.dry_run:
+        _set_aside_for_the_run(plan)
+    if not plan.shards:
+        warn(plan.report, f"input {plan.input} holds no files: writing an empty output")
+    plan.staging.keep = False  # from here a failure leaves nothing to resume from
+    plan.staging.remove(STAGES_DIR)  # what a resumed run would need: never part of OUTPUT (nor is RESUME)
+    output_rows = _accounted_rows(plan)
+    plan.report.output_bytes = plan.staging.data_bytes() if plan.shards else 0
+    plan.report.seconds["total"] = round(time.perf_counter() - plan.start, 3)
+    manifest = build_manifest(plan, job, output_rows)
+    if plan.options.write_report:
+        _write_page(plan, manifest, job.given.get("extras") or report_page.Extras())
+    plan.staging.write_json(MANIFEST, manifest)  # written last: the manifest marks the output complete
+    _commit(plan, output_rows)
     return manifest
 
 
@@ -160,7 +206,7 @@ def _accounted_rows(plan: Plan) -> int:
     report = plan.report
     expected = report.input_rows - report.contaminated - dropped_near(plan) - report.skipped_existing - \
         report.emptied_by_lines
-    output_rows = expected if plan.dry_run else io.parquet_rows(plan.staging.fs, plan.staging.tmp)
+    output_rows = expected if plan.options.dry_run else io.parquet_rows(plan.staging.fs, plan.staging.tmp)
     if output_rows != expected:
         raise RuntimeError(f"Accounting mismatch: wrote {output_rows} rows, expected {expected} "
                            f"({report.input_rows} in - {report.contaminated} contaminated - {dropped_near(plan)} "
@@ -201,7 +247,7 @@ def _commit(plan: Plan, output_rows: int) -> None:
                 raise RuntimeError(f"Publishing to {plan.output} failed midway ({exc}); OUTPUT has no {MANIFEST} and "
                                    f"is incomplete. The complete new output is in {staging.url}.") from exc
             raise
-        if plan.dry_run:
+        if plan.options.dry_run:
             log.info("dry run: %d of %d rows would be kept; %s holds only the manifest and the report (%.1f s)",
                      output_rows, report.input_rows, plan.output, report.seconds["total"])
         else:
@@ -211,48 +257,24 @@ def _commit(plan: Plan, output_rows: int) -> None:
         log.warning("interrupt received after OUTPUT was replaced: %s holds the complete new output", plan.output)
 
 
-def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bool = True,
-        id_column: str | None = None,
-        text_column: str = "text", params: Params | None = None, drop: bool = True, overwrite: bool = False,
-        components: str = "auto", retries: int = 2, features_on_disk: bool | None = None,
-        partition_rows: int = shards_mod.PARTITION_ROWS, dry_run: bool = False, write_report: bool = True,
-        against: Sequence[str] = (), skip_existing: bool = False, write_index: bool = True,
-        restart: bool = False, cluster_size: bool = False, keep_by: str | None = None,
-        clusters: str = "connected", max_contaminated: float = MAX_CONTAMINATED, lines: bool = False,
-        min_copies: int = 2) -> dict[str, Any]:
-    """Parquet to Parquet: decontaminate against `protected`, [remove repeated lines,] near-dedup, write
-    OUTPUT atomically.
+def run(input: str, output: str, options: Options | None = None, /, **changes: Any) -> dict[str, Any]:
+    """Parquet to Parquet: decontaminate against `protected`, near-dedup, [remove repeated lines,] write
+    OUTPUT atomically. The options are `dedup.job.plan.Options`' fields, by keyword (or an `Options`).
 
     Runs on the active distributed client (or the local scheduler without one). OUTPUT mirrors
     the input files (same relative names, same schema plus `minhash_cluster`) and holds
-    `_dedup.json`, the manifest, which is returned and which marks OUTPUT complete.
-    `partition_rows` bounds how many rows of small consecutive shards are read as one partition.
-    Unless `write_report` is False, `_report/` gets `index.html` and `removed.parquet`; with
-    `dry_run`, OUTPUT gets only the manifest and the report, no shards. Unless `write_index` is
-    False, a near-dedup run writes `_index/`, which a later run takes with `against` (earlier
-    OUTPUTs): its documents that duplicate one of theirs are dropped, theirs always survive.
-    `features_on_disk`: keep the features on disk (True) or in worker memory (False); by default
-    (None) in memory while they fit a quarter of it (`dedup.job.memory`).
-    Each stage's results are kept in the staging directory as it finishes: a run that dies leaves
-    them, and the same call resumes from them (`dedup.job.checkpoints`); `restart` starts over.
-    `cluster_size`: every row written also gets `minhash_cluster_size`, how many input documents
-    its cluster holds (1 for a document without near duplicates). `keep_by` ("COLUMN", "COLUMN:max" or
-    "COLUMN:min"): the member of each cluster with the largest (smallest) value of COLUMN survives,
-    ties and nulls to the smallest id (docs/contract.md). `clusters`: "connected" (the contract's
-    union-find) or "centred" (every removed document reaches the threshold with its cluster's survivor).
-    `max_contaminated`: a run whose decontamination would remove more than this share of the input
-    raises `TooContaminated` before publishing, OUTPUT as it was (a dry run only warns; 1: no guard).
-    `lines`: exact line dedup after decontamination (docs/contract.md, section 6b): every line whose
-    key occurs at least `min_copies` times in the corpus is removed but from its first occurrence,
-    the texts rewritten, and near-dedup (if `near`) runs on the new texts.
-    When it returns, the job holds nothing in the cluster's memory.
+    `_dedup.json`, the manifest, which is returned and which marks OUTPUT complete. Unless
+    `write_report` is False, `_report/` gets `index.html` and `removed.parquet`; with `dry_run`,
+    OUTPUT gets only the manifest and the report, no shards. Unless `write_index` is False, a
+    near-dedup run writes `_index/`, which a later run takes with `against` (earlier OUTPUTs): its
+    documents that duplicate one of theirs are dropped, theirs always survive. Each stage's results
+    are kept in the staging directory as it finishes: a run that dies leaves them, and the same call
+    resumes from them (`dedup.job.checkpoints`); `restart` starts over. `max_contaminated`: a run
+    whose decontamination would remove more than this share of the input raises `TooContaminated`
+    before publishing, OUTPUT as it was (a dry run only warns). When it returns, the job holds
+    nothing in the cluster's memory.
     """
-    plan = prepare(input, output, Options(
-        protected=protected, near=near, id_column=id_column, text_column=text_column, params=params, drop=drop,
-        overwrite=overwrite, components=components, retries=retries, features_on_disk=features_on_disk,
-        partition_rows=partition_rows, dry_run=dry_run, write_report=write_report, against=against,
-        skip_existing=skip_existing, write_index=write_index, restart=restart, cluster_size=cluster_size,
-        keep_by=keep_by, clusters=clusters, max_contaminated=max_contaminated, lines=lines, min_copies=min_copies))
+    plan = prepare(input, output, _options(options, changes))
     try:
         return execute(plan)
     finally:
@@ -261,3 +283,11 @@ def run(input: str, output: str, *, protected: Sequence[PathLike] = (), near: bo
         # lead up to this job's and hold its persisted collections: without a collection here, their
         # data stayed in the cluster's memory until Python's cyclic collector happened to run.
         gc.collect()
+
+
+def _options(options: Options | None, changes: dict[str, Any]) -> Options:
+    """`options` (or the defaults) with `changes`, each an `Options` field by name."""
+    names = {f.name for f in dataclasses.fields(Options)}
+    if unknown := sorted(set(changes) - names):
+        raise UsageError(f"run() got unknown option(s) {', '.join(unknown)}; the options are {', '.join(sorted(names))}.")
+    return dataclasses.replace(options or Options(), **changes)

@@ -11,11 +11,11 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dedup.config import CLUSTER_MODES, COMPONENT_MODES, MAX_CONTAMINATED, Params
+from dedup.config import CLUSTER_MODES, COMPONENT_MODES, MAX_CONTAMINATED, MIN_COPIES, Params
 from dedup.job.counts import Report
 from dedup.job.fingerprint import fingerprint
 from dedup.job.notices import log_banding, warn, warn_unspaced
@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dedup")
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
-    """A validated job: inputs read to their footers, OUTPUT checked and locked, protected n-grams built.
+    """A validated job: what it is asked (`options`), its inputs read to their footers, OUTPUT checked
+    and locked, protected n-grams built, earlier outputs' indexes loaded.
 
     Made by `prepare` before any cluster starts, so every usage error surfaces in seconds;
     `execute` runs it on the active client. `close` releases OUTPUT's lock (execute does).
@@ -42,42 +43,24 @@ class Plan:
 
     input: str
     output: str
+    options: Options
     shards: list[shards_mod.Shard]
     schema: pa.Schema
     groups: list[list[shards_mod.Piece]]
     protected: ProtectedNgrams | None
     params: Params
-    near: bool
-    drop: bool
     id_column: str
-    text_column: str
-    components: str
-    retries: int
-    features_on_disk: bool | None
-    dry_run: bool
-    write_report: bool
+    """`options.id_column`, or when it is None the column `id`, else each document's position."""
     staging: Staging
     report: Report
     start: float
     against: list[IndexPart] = field(default_factory=list)
-    skip_existing: bool = False
-    write_index: bool = True
-    cluster_size: bool = False
+    """The indexes of `options.against`, loaded."""
     keep_by: tuple[str, str] | None = None
-    """`--keep-by`: (column, "max" or "min")."""
-    clusters: str = "connected"
-    """`--clusters`: "connected" or "centred" (`dedup.config.CLUSTER_MODES`)."""
-    max_contaminated: float = MAX_CONTAMINATED
-    """`--max-contaminated`: the share of the input decontamination may remove before the run stops."""
-    kept: Any = None
-    """The stage results kept as the job goes (`dedup.job.checkpoints.Checkpoints`, made when it starts)."""
+    """`--keep-by` checked against the input: (column, "max" or "min"); None without it or near dedup."""
     hive: pa.Schema = field(default_factory=lambda: pa.schema([]))
     """The Hive keys of the input's directories that are not columns of its files (`shards.hive_schema`):
     columns `--keep-by` can name, never written into OUTPUT's shards."""
-    lines: bool = False
-    """Exact line dedup first (`dedup lines`, `run --lines`)."""
-    min_copies: int = 2
-    """`--min-copies`: the occurrences that make a line's key repeated."""
 
     def column_type(self, name: str) -> pa.DataType:
         """The type of an input column: a column of the files, or a Hive key of their directories."""
@@ -125,7 +108,23 @@ def _check_positions(found: Sequence[shards_mod.Shard], parts: Sequence[IndexPar
 
 @dataclass(frozen=True)
 class Options:
-    """What a job is asked to do (`dedup.job.pipeline.run`'s keyword options, and the CLI's flags)."""
+    """What a job is asked to do: `dedup.job.pipeline.run`'s keyword options and the CLI's flags, each
+    default written here once. Checked as made (`UsageError`, naming the option and what it takes);
+    what needs the input or OUTPUT is checked by `prepare`.
+
+    `protected`: eval files whose 13-grams no kept document may share. `near`: near dedup (else only
+    decontamination). `drop`: near duplicates removed (else only tagged). `components`: where the
+    confirmed graph is joined ("auto", "client", "distributed"). `features_on_disk`: the features kept
+    on disk (True), in worker memory (False), or as memory allows (None, `dedup.job.memory`).
+    `partition_rows`: how many rows of small consecutive shards are read as one partition. `dry_run`:
+    OUTPUT gets only the manifest and the report. `write_report`: `_report/` (the page and the removed
+    list). `against`: earlier OUTPUTs whose indexes this run's documents are compared with;
+    `skip_existing`: documents whose id one holds are skipped, not refused. `write_index`: `_index/`
+    for a later run's `against`. `restart`: an interrupted run's kept stages are not reused.
+    `cluster_size`: `minhash_cluster_size` on every row. `keep_by`: "COLUMN[:max|:min]", which member of
+    a cluster survives. `clusters`: "connected" or "centred". `max_contaminated`: the share of the
+    input decontamination may remove before the run stops (1: no guard). `lines`: exact line dedup
+    (docs/contract.md, section 6b); `min_copies`: the occurrences that make a line repeated."""
 
     protected: Sequence[PathLike] = ()
     near: bool = True
@@ -141,7 +140,6 @@ class Options:
     dry_run: bool = False
     write_report: bool = True
     against: Sequence[str] = ()
-    """Earlier OUTPUTs whose indexes this run's documents are compared with (near-dedup only)."""
     skip_existing: bool = False
     write_index: bool = True
     restart: bool = False
@@ -150,8 +148,38 @@ class Options:
     clusters: str = "connected"
     max_contaminated: float = MAX_CONTAMINATED
     lines: bool = False
-    """Exact line dedup before everything else (docs/contract.md, section 6b)."""
-    min_copies: int = 2
+    min_copies: int = MIN_COPIES
+
+    def __post_init__(self) -> None:
+        if self.components not in COMPONENT_MODES:
+            raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {self.components!r} "
+                             "instead.")
+        if self.clusters not in CLUSTER_MODES:
+            raise UsageError(f"--clusters must be one of {', '.join(CLUSTER_MODES)}. Got {self.clusters!r} instead.")
+        if self.clusters != "connected" and not self.near:
+            raise UsageError("--clusters says how near duplicates are clustered; it needs `run` or `near`.")
+        m = self.max_contaminated
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 1:
+            raise UsageError(f"--max-contaminated is a share of the input, from 0 to 1 (1 turns the guard off). Got "
+                             f"{m!r} instead.")
+        object.__setattr__(self, "max_contaminated", float(m) + 0.0)  # -0 is 0
+        if isinstance(self.min_copies, bool) or not isinstance(self.min_copies, int) or self.min_copies < 2:
+            raise UsageError(f"--min-copies is how many occurrences make a line repeated: an integer of at least 2. "
+                             f"Got {self.min_copies!r} instead.")
+        if self.lines and self.against:
+            raise UsageError("--against with line dedup is not supported yet: an earlier output's index records its "
+                             "documents, not their lines, so lines repeated across releases could not be found. Run "
+                             "`dedup lines` on the new crawl first, then `dedup near --against` on its output.")
+        p = self.partition_rows
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {p!r} instead.")
+        if self.against and not self.near:
+            raise UsageError("--against compares documents with an earlier output's near-dedup index; it needs `run` "
+                             "or `near`, not `decontaminate`.")
+        if self.skip_existing and not self.against:
+            raise UsageError("--skip-existing skips documents already in an --against output; give --against too.")
+        if self.cluster_size and not self.near:
+            raise UsageError("--cluster-size counts near duplicates; it needs `run` or `near`, not `decontaminate`.")
 
 
 def prepare(input: str, output: str, options: Options | None = None) -> Plan:
@@ -164,32 +192,8 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     start = time.perf_counter()
     params = o.params or Params()
     report = Report()
-    if o.components not in COMPONENT_MODES:
-        raise UsageError(f"The 'components' parameter must be one of {COMPONENT_MODES}. Got {o.components!r} instead.")
-    if o.clusters not in CLUSTER_MODES:
-        raise UsageError(f"--clusters must be one of {', '.join(CLUSTER_MODES)}. Got {o.clusters!r} instead.")
-    if o.clusters != "connected" and not o.near:
-        raise UsageError("--clusters says how near duplicates are clustered; it needs `run` or `near`.")
-    if isinstance(o.max_contaminated, bool) or not isinstance(o.max_contaminated, (int, float)) or \
-            not 0 <= o.max_contaminated <= 1:
-        raise UsageError(f"--max-contaminated is a share of the input, from 0 to 1 (1 turns the guard off). Got "
-                         f"{o.max_contaminated!r} instead.")
-    if isinstance(o.min_copies, bool) or not isinstance(o.min_copies, int) or o.min_copies < 2:
-        raise UsageError(f"--min-copies is how many occurrences make a line repeated: an integer of at least 2. Got "
-                         f"{o.min_copies!r} instead.")
-    if o.lines and o.against:
-        raise UsageError("--against with line dedup is not supported yet: an earlier output's index records its "
-                         "documents, not their lines, so lines repeated across releases could not be found. Run "
-                         "`dedup lines` on the new crawl first, then `dedup near --against` on its output.")
-    if isinstance(o.partition_rows, bool) or not isinstance(o.partition_rows, int) or o.partition_rows < 1:
-        raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {o.partition_rows!r} instead.")
     files = shards_mod.discover(input)
     prot_paths = expand_protected([str(p) for p in o.protected])
-    if o.against and not o.near:
-        raise UsageError("--against compares documents with an earlier output's near-dedup index; it needs `run` or "
-                         "`near`, not `decontaminate`.")
-    if o.skip_existing and not o.against:
-        raise UsageError("--skip-existing skips documents already in an --against output; give --against too.")
     check_output(output, inputs=input_places(input, files) + [a for a in o.against if "://" not in a],
                  protected=prot_paths, overwrite=o.overwrite, dry_run=o.dry_run)
     found = shards_mod.read_footers(files)
@@ -206,8 +210,6 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
                          f"({id_column}=...), shared by every document below each one, so it cannot tell documents "
                          "apart; name a column of the files.")
     shards_mod.check_columns(found, schema, id_column, o.text_column)
-    if o.cluster_size and not o.near:
-        raise UsageError("--cluster-size counts near duplicates; it needs `run` or `near`, not `decontaminate`.")
     if o.cluster_size and shards_mod.SIZE_COLUMN in schema.names:
         raise UsageError(f"The input already has a {shards_mod.SIZE_COLUMN!r} column; rename or drop it first.")
     keep = _keep_by(o.keep_by, pa.schema([*schema, *hive]), o.near) if o.keep_by else None
@@ -256,9 +258,7 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
                  big[0][0].path, big[0][1], o.partition_rows)
     if o.near:  # once everything is checked: a refused run says one line
         log_banding(params)
-    return Plan(input, output, found, schema, groups, prot, params, o.near, o.drop, id_column, o.text_column, o.components,
-                o.retries, o.features_on_disk, o.dry_run, o.write_report, staging, report, start, parts, o.skip_existing,
-                o.write_index, cluster_size=o.cluster_size, keep_by=keep, clusters=o.clusters,
-                max_contaminated=float(o.max_contaminated) + 0.0, hive=hive, lines=o.lines, min_copies=o.min_copies)
+    return Plan(input, output, o, found, schema, groups, prot, params, id_column, staging, report, start, parts,
+                keep_by=keep, hive=hive)
 
 

@@ -1,4 +1,4 @@
-"""Stage 6 on Dask: each component's root chosen where its members meet, and routed back to the
+"""The roots stage on Dask: each component's root chosen where its members meet, and routed back to the
 documents' partitions for the write."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from dedup.job import page_data
 from dedup.job.features import without_signatures
 from dedup.job.graphs import persist, persist_counting
 from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
-from dedup.job.stage import Job, Step
+from dedup.job.stage import Settings, Step, View
+from dedup.job.survivors import scored_against_survivors
 from dedup.partition import keyspace
 from dedup.partition.features import KEEP, ROOT_DOC
 from dedup.partition.roots import (
@@ -106,21 +107,28 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, pa
 
 
 class Roots(Step):
-    """Stage 7: each cluster's root, routed to its members' partitions for the write; the page's
-    summary of the clusters."""
+    """Each cluster's root, routed to its members' partitions for the write; the page's summary of the
+    clusters. Reads the survivors stage's labels when it ran, else the components'."""
 
     name = "roots"
+    reads = ("labels", "placed", "settled", "feat", "feat_all", "layout", "graph_edges", "scored")
+    gives = ("roots", "summary")
     frames = ("roots",)
     tables = ("summary",)
 
-    def wanted(self, job: Job) -> bool:
-        return job.settings.near
+    def wanted(self, s: Settings) -> bool:
+        return s.near
 
-    def run(self, job: Job) -> str:
+    def needs(self, s: Settings) -> tuple[str, ...]:
+        labels = ("settled",) if scored_against_survivors(s) else ("labels", "placed")
+        return (*labels, "feat", "feat_all", "layout", "graph_edges", *(("scored",) if s.details else ()))
+
+    def run(self, job: View) -> str:
         s, report = job.settings, job.report
         firsts = tuple(q << keyspace.ROW_BITS for q in job.layout.starts) if job.layout is not None else ()
-        routed, r = roots(job.labels, job.feat_all, job.feat.npartitions, firsts, job.placement,
-                          placed=job.placed, edge_rows=job.graph_edges,
+        labels, placed = (job.settled, False) if scored_against_survivors(s) else (job.labels, job.placed)
+        routed, r = roots(labels, job.feat_all, job.feat.npartitions, firsts, job.placement,
+                          placed=placed, edge_rows=job.graph_edges,
                           summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if s.details else None,
                           scored=job.scored if s.details else None, exact=s.params.confirm == "exact",
                           sizes=s.cluster_size, keep=s.keep)

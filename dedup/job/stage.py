@@ -1,24 +1,30 @@
-"""A stage of the job as one object, the job's settings and results as one context, and the runner.
+"""A stage of the job as one object that declares what it reads and gives, and the runner that holds it to that.
 
-A stage (`Step`) names itself, says whether this job runs it (`wanted`), computes (`run`: it reads
-the results of the stages before it from the `Job` and sets its own, and returns its log line),
-and lists the results a resumed run reads back (`values`, `frames`, `tables`: names of `Job`
-fields). `run_stages` walks an ordered list of them and treats each the same way: a stage an
-interrupted run finished is read back, any other is run inside `timing.Stage` (timing, the log
-line, interrupt checks) and kept as it ends (`dedup.job.checkpoints`). Its `before` and `after` run
-either way: what it needs set up, and what later stages derive from its results. The list itself is `dedup.job.analysis.STAGES`.
+A stage (`Step`) names itself, says whether this job runs it (`wanted`, from the settings alone),
+names the results of earlier stages it reads (`reads`; `needs` narrows them to this job's) and the
+results it gives (`gives`), and computes (`run`, which returns its log line's words). `run_stages`
+first walks the list without computing anything (`walk`): every result a wanted stage needs must be
+given by a wanted stage before it, and every result has one giver. Then it runs each wanted stage on
+a `View` of the job that lets it read only what it declared and set only what it gives, and after
+the stage checks that it gave all of it.
+
+A stage kept for a resumed run (`kept`) lists which of its results are kept and how (`values`,
+`frames`, `tables`): one an interrupted run finished is read back (`restore`), any other is run
+inside `timing.Stage` (timing, the log line, interrupt checks) and kept as it ends
+(`dedup.job.checkpoints`). Its `before` and `after` run either way: what it needs set up, and what
+it derives from its results however they came. Besides results, a stage sees the job's context:
+its settings, the report (every count and warning, the one channel the log, the manifest and the
+page read), the kept results (`kept`, for `Checkpoints.through`) and, in a run on files, the plan.
+The list itself is `dedup.job.analysis.STAGES`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import dask.dataframe as dd
-import pandas as pd
-
-from dedup.config import Params
+from dedup.config import MIN_COPIES, Params
 from dedup.job.checkpoints import Checkpoints
 from dedup.job.counts import Report
 from dedup.job.timing import Stage
@@ -26,8 +32,12 @@ from dedup.partition import keyspace
 
 if TYPE_CHECKING:
     from dedup.core.decontam import ProtectedNgrams
+    from dedup.job.plan import Plan
     from dedup.storage.index import IndexPart
-    from dedup.storage.index_layout import Layout
+
+
+class ContractError(RuntimeError):
+    """A stage read or gave a result it does not declare, or read one no stage before it gave: a bug in dedup."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +54,9 @@ class Settings:
     member with the largest (smallest) `--keep-by` value, carried as the `_keep` column.
     `max_contaminated`: the share of the input decontamination may remove before the run stops.
     `lines`: exact line dedup first (`dedup.job.lines`), a line's key removed from all but its first
-    occurrence once it occurs `min_copies` times."""
+    occurrence once it occurs `min_copies` times. `files`: a run on files (`run`): the input is read
+    from them and OUTPUT's files are written (the stages `read`, `write` and the page's); `dry_run`:
+    no shard is written."""
 
     params: Params
     id_column: str = "id"
@@ -67,83 +79,70 @@ class Settings:
     clusters: str = "connected"
     max_contaminated: float | None = None
     lines: bool = False
-    min_copies: int = 2
-
-
-UNSET = cast(dd.DataFrame, None)
-"""A frame a stage has not given yet: each stage reads only what the stages before it set."""
+    min_copies: int = MIN_COPIES
+    files: bool = False
+    dry_run: bool = False
 
 
 @dataclass
 class Job:
-    """One run of the stages: its settings, input, report and kept results, and what each stage
-    gives the later ones (None until that stage has run or been read back)."""
+    """One run of the stages: its context (settings, report, kept results, and the plan of a run on
+    files) and the results the stages gave so far, by name, with the stage that gave each."""
 
     settings: Settings
-    ddf: dd.DataFrame
     report: Report
     kept: Checkpoints
-    decided: dd.DataFrame = UNSET
-    """With line dedup: the repeated lines' keys settled, at each input partition holding them."""
-    top_lines: pd.DataFrame | None = None
-    line_counts: dict[str, Any] | None = None
-    feat: dd.DataFrame = UNSET
-    """Features (doc, _id, signature, text hashes, source, ...) per input partition, persisted."""
-    examples: pd.DataFrame | None = None
-    layout: Layout | None = None
-    """Where the earlier outputs' documents sit in the key space, with `against`."""
-    edges: dd.DataFrame = UNSET
-    edge_rows: int | None = None
-    idx_feat: dd.DataFrame | None = None
-    """The earlier outputs' documents that share a bucket with this input, after this input's partitions."""
-    feat_all: dd.DataFrame = UNSET
-    """This input's features and those of `idx_feat`, in key order."""
-    texts: dd.DataFrame = UNSET
-    graph: dd.DataFrame = UNSET
-    scored: dd.DataFrame = UNSET
-    graph_edges: int = 0
-    near_pairs: pd.DataFrame | None = None
-    labels: dd.DataFrame = UNSET
-    mode: str = ""
-    placed: bool = False
-    """Whether `labels` are at their documents' partitions already."""
-    roots: dd.DataFrame | None = None
-    summary: pd.DataFrame | None = None
+    plan: Plan | None = None
+    given: dict[str, Any] = field(default_factory=dict)
+    givers: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def first_indexed(self) -> int:
-        return self.layout.first_key if self.layout is not None else keyspace.NO_INDEX
 
-    @property
-    def placement(self) -> keyspace.Placement:
-        return self.layout.placement if self.layout is not None else keyspace.OWN
+CONTEXT = frozenset({"settings", "report", "kept", "plan"})
+"""What every stage sees of the job besides the results it declares."""
 
 
 class Step:
-    """One stage: override `run` (and `wanted`, `after`, `restore` when the defaults do not fit)."""
+    """One stage: set `name`, `reads`, `gives`; override `run` (and `wanted`, `needs`, `before`, `after`,
+    `restore` when the defaults do not fit)."""
 
     name: ClassVar[str]
+    reads: ClassVar[tuple[str, ...]] = ()
+    """The results of earlier stages this stage may read."""
+    gives: ClassVar[tuple[str, ...]] = ()
+    """The results this stage gives, each set by `before`, `run`/`restore` or `after`."""
+    kept: ClassVar[bool] = True
+    """Whether its results are kept as it finishes and read back by a resumed run (else it runs every time)."""
+    timed: ClassVar[bool] = True
+    """Whether it logs a line and its seconds (a stage that computes nothing does not)."""
     values: ClassVar[tuple[str, ...]] = ()
-    """`Job` fields kept as JSON values (small counts and modes)."""
+    """Results kept as JSON values (small counts and modes)."""
     frames: ClassVar[tuple[str, ...]] = ()
-    """`Job` fields kept as Parquet parts, a file a partition (None is kept as absent)."""
+    """Results kept as Parquet parts, a file a partition (None is kept as absent)."""
     tables: ClassVar[tuple[str, ...]] = ()
-    """`Job` fields kept as small pickled tables."""
+    """Results kept as small pickled tables."""
 
-    def wanted(self, job: Job) -> bool:
+    def wanted(self, s: Settings) -> bool:
         return True
 
-    def run(self, job: Job) -> str:
-        """Compute, set this stage's `Job` fields and the report's counts; the log line's words."""
+    def needs(self, s: Settings) -> tuple[str, ...]:
+        """Of `reads`, those this job's settings make it read: each must be given by a stage before it."""
+        return self.reads
+
+    def title(self, s: Settings) -> str:
+        """Its name in the log and the report's seconds."""
+        return self.name
+
+    def run(self, job: View) -> str:
+        """Compute, set this stage's results and the report's counts; the log line's words."""
         raise NotImplementedError
 
-    def keep(self, job: Job) -> dict[str, Any]:
+    def keep(self, job: View) -> dict[str, Any]:
         """What `Checkpoints.save` keeps of this stage."""
         return {"values": {v: getattr(job, v) for v in self.values},
                 "frames": {f: getattr(job, f) for f in self.frames},
                 "tables": {t: getattr(job, t) for t in self.tables}}
 
-    def restore(self, job: Job, values: dict[str, Any]) -> None:
+    def restore(self, job: View, values: dict[str, Any]) -> None:
         """Read back what an interrupted run kept of this stage."""
         for v in self.values:
             setattr(job, v, values[v])
@@ -152,25 +151,89 @@ class Step:
         for t in self.tables:
             setattr(job, t, job.kept.table(self.name, t))
 
-    def before(self, job: Job) -> None:
+    def before(self, job: View) -> None:
         """What this stage needs of the job's settings, set up whether it runs or is read back."""
 
-    def after(self, job: Job) -> None:
-        """What later stages read, derived from this stage's results however they came."""
+    def after(self, job: View) -> None:
+        """What it derives from its results, however they came."""
+
+
+class View:
+    """What one stage sees of a job: the context, the results it reads (once given), and the results it
+    gives (set once each). Anything else is a `ContractError`."""
+
+    def __init__(self, job: Job, step: Step) -> None:
+        object.__setattr__(self, "_job", job)
+        object.__setattr__(self, "_step", step)
+        object.__setattr__(self, "written", set())
+
+    def __getattr__(self, name: str) -> Any:
+        job, step = self._job, self._step
+        if name in CONTEXT:
+            return getattr(job, name)
+        if name not in step.reads and name not in step.gives:
+            raise ContractError(f"stage {step.name!r} reads {name!r}, which it does not declare in `reads`")
+        if name not in job.given:
+            raise ContractError(f"stage {step.name!r} reads {name!r} before any stage gave it")
+        return job.given[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        step = self._step
+        if name not in step.gives:
+            raise ContractError(f"stage {step.name!r} sets {name!r}, which it does not declare in `gives`")
+        self._job.given[name] = value
+        self.written.add(name)
+
+    @property
+    def first_indexed(self) -> int:
+        """The first key of the earlier outputs' documents (`--against`), read from the `layout` result."""
+        layout = self.layout
+        return layout.first_key if layout is not None else keyspace.NO_INDEX
+
+    @property
+    def placement(self) -> keyspace.Placement:
+        """Which partition holds each document key, read from the `layout` result."""
+        layout = self.layout
+        return layout.placement if layout is not None else keyspace.OWN
+
+
+def walk(stages: Sequence[Step], s: Settings, given: Mapping[str, str] | None = None) -> list[Step]:
+    """The stages this job runs, in order, checked without computing anything: every result each
+    needs is given by a stage before it (or in `given`, result -> where from), and no result has two
+    givers. Raises `ContractError`."""
+    givers = dict(given or {})
+    wanted = []
+    for step in stages:
+        if not step.wanted(s):
+            continue
+        if missing := [r for r in step.needs(s) if r not in givers]:
+            raise ContractError(f"stage {step.name!r} reads {', '.join(missing)}, which no stage before it gives")
+        if twice := [g for g in step.gives if g in givers]:
+            raise ContractError(f"stage {step.name!r} gives {', '.join(twice)}, which {givers[twice[0]]!r} gave")
+        givers.update(dict.fromkeys(step.gives, step.name))
+        wanted.append(step)
+    return wanted
 
 
 def run_stages(job: Job, stages: Sequence[Step]) -> Job:
-    """Each wanted stage in order: read back if an interrupted run finished it, else run and kept."""
-    job.kept.restore(job.report)
-    for step in stages:
-        if not step.wanted(job):
-            continue
-        step.before(job)
-        if (values := job.kept.reused(step.name)) is not None:
-            step.restore(job, values)
+    """Each wanted stage in order (`walk`): read back if an interrupted run finished it, else run (and
+    kept); each held to the results it declares."""
+    wanted = walk(stages, job.settings, dict.fromkeys(job.given, "the caller"))
+    job.kept.restore(job.report)  # the report as the last stage an interrupted run finished left it
+    for step in wanted:
+        view = View(job, step)
+        step.before(view)
+        if step.kept and (values := job.kept.reused(step.name)) is not None:
+            step.restore(view, values)
+        elif step.timed:
+            with Stage(job.report, step.title(job.settings), job.kept if step.kept else None) as stage:
+                stage.summary = step.run(view)
+                if step.kept:
+                    stage.keep(**step.keep(view))
         else:
-            with Stage(job.report, step.name, job.kept) as stage:
-                stage.summary = step.run(job)
-                stage.keep(**step.keep(job))
-        step.after(job)
+            step.run(view)
+        step.after(view)
+        if missing := [g for g in step.gives if g not in view.written]:
+            raise ContractError(f"stage {step.name!r} did not give {', '.join(missing)}")
+        job.givers.update(dict.fromkeys(step.gives, step.name))
     return job

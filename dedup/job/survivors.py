@@ -1,4 +1,4 @@
-"""Stage 6 on Dask: each member scored against its cluster's survivor, and with `--clusters centred`
+"""The survivors stage on Dask: each member scored against its cluster's survivor, and with `--clusters centred`
 the members below the threshold clustered again among themselves, round after round, until every
 member reaches the threshold with its survivor.
 
@@ -27,7 +27,7 @@ from dedup.job.features import without_signatures
 from dedup.job.graphs import persist, persist_counting
 from dedup.job.manifest import chained_warning
 from dedup.job.routing import ID_ROW_BYTES, ROWS_META, label_part, route, route_by, row_count
-from dedup.job.stage import Job, Step
+from dedup.job.stage import Settings, Step, View
 from dedup.partition.confirm import ROUTED_META
 from dedup.partition.features import KEEP, ROOT_DOC
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD, component_rows_meta, with_ids
@@ -63,7 +63,7 @@ class SurvivorCounts:
     histogram: list[int]
 
 
-def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
+def survivors(job: View) -> tuple[dd.DataFrame, SurvivorCounts]:
     """Settled labels (`PLACED_META`: doc, label = the survivor's key, the similarities to it) for every
     clustered document, persisted, and the counts. Reads the components stage's labels (at their
     documents' partitions when `job.placed`) and the confirmed graph. Each round's failed members
@@ -97,7 +97,7 @@ def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
         rows = dd.concat([chosen.map_partitions(survivor_rows, meta=PLACED_META),
                           scored.map_partitions(placed_members, centred, first_indexed, meta=PLACED_META)])
         if not centred:  # the only round's rows are the stage's result, kept as they are computed
-            rows = job.kept.through(Survivors.name, "labels", rows)
+            rows = job.kept.through(Survivors.name, "settled", rows)
         tallies = [scored.map_partitions(below_threshold, first_indexed, meta={"scored": "int64", "below": "int64"}),
                    rows.map_partitions(histogram_of, column, SIMILARITY_BINS, first_indexed, meta={"hist": object})]
         if centred:
@@ -130,23 +130,31 @@ def survivors(job: Job) -> tuple[dd.DataFrame, SurvivorCounts]:
         else:
             labels, _ = components_on_cluster(graph, s.npartitions or n, graph_rows)
             placed = False
-    final = settled[0] if len(settled) == 1 else persist(job.kept.through(Survivors.name, "labels", dd.concat(settled)))
+    final = settled[0] if len(settled) == 1 else persist(job.kept.through(Survivors.name, "settled", dd.concat(settled)))
     return final, SurvivorCounts(rounds=rounds, scored=scored_first, below=below, histogram=[int(x) for x in hist])
 
 
+def scored_against_survivors(s: Settings) -> bool:
+    """Whether the survivors stage runs: for the page, or with `--clusters centred`."""
+    return s.near and (s.details or s.clusters == "centred")
+
+
 class Survivors(Step):
-    """Stage 6 (for the page, or with `--clusters centred`): each member scored against its cluster's
-    survivor; centred clusters formed again from the members below the threshold with theirs."""
+    """For the page, or with `--clusters centred`: each member scored against its cluster's survivor;
+    centred clusters formed again from the members below the threshold with theirs (`settled`: the
+    labels the roots stage reads instead of the components', at no particular partition)."""
 
     name = "survivors"
-    frames = ("labels",)
+    reads = ("labels", "placed", "graph", "graph_edges", "feat_all", "texts", "layout")
+    gives = ("settled",)
+    frames = ("settled",)
 
-    def wanted(self, job: Job) -> bool:
-        return job.settings.near and (job.settings.details or job.settings.clusters == "centred")
+    def wanted(self, s: Settings) -> bool:
+        return scored_against_survivors(s)
 
-    def run(self, job: Job) -> str:
+    def run(self, job: View) -> str:
         s, report = job.settings, job.report
-        job.labels, c = survivors(job)
+        job.settled, c = survivors(job)
         report.clusters_mode = s.clusters
         report.survivor_rounds, report.survivor_scored, report.below_survivor = c.rounds, c.scored, c.below
         report.survivor_histogram = c.histogram
@@ -157,6 +165,3 @@ class Survivors(Step):
         if s.clusters == "centred":
             summary += f"; clustered again in {c.rounds - 1} more round(s)"
         return summary
-
-    def after(self, job: Job) -> None:
-        job.placed = False

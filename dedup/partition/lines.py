@@ -41,7 +41,7 @@ def firsts_meta(id_dtype: Any) -> pd.DataFrame:
     return pd.DataFrame({**{c: pd.Series(dtype=t) for c, t in LINE_COLUMNS.items()}, "_id": pd.Series(dtype=id_dtype)})
 
 
-def decided_meta(id_dtype: Any) -> pd.DataFrame:
+def line_keys_meta(id_dtype: Any) -> pd.DataFrame:
     """A settled key's row: its count over the corpus, its first occurrence (and that document's id)
     and a partition holding it."""
     return firsts_meta(id_dtype)
@@ -119,39 +119,39 @@ def to_partition(frame: pd.DataFrame) -> NDArray[np.int64]:
     return frame["part"].to_numpy(np.int64)
 
 
-def removed_lines(texts: pa.Array, keys: NDArray[np.int64], decided: pd.DataFrame,
+def removed_lines(texts: pa.Array, keys: NDArray[np.int64], line_keys: pd.DataFrame,
                   clean: NDArray[np.bool_] | None = None) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """(text, line) positions of the lines these texts lose: each keyed line whose key is settled
-    (`decided`, this partition's rows of `settle_keys`) and which is not that key's first occurrence.
+    (`line_keys`, this partition's rows of `settle_keys`) and which is not that key's first occurrence.
     `keys`: the texts' document keys; `clean`: only these texts lose lines (a contaminated document
     is dropped whole)."""
-    if decided.empty or not len(texts):
+    if line_keys.empty or not len(texts):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     lines = split_lines(texts)
     doc, line = lines.doc[lines.keyed], lines.line[lines.keyed].astype(np.int64)
-    at = _settled_row(lines.h1, lines.h2, decided)
+    at = _settled_row(lines.h1, lines.h2, line_keys)
     hit = at >= 0
     if clean is not None:
         hit &= clean[doc]
     i = np.flatnonzero(hit)
-    first = (keys[doc[i]] == decided["doc"].to_numpy(np.int64)[at[i]]) & \
-        (line[i] == decided["line"].to_numpy(np.int64)[at[i]])
+    first = (keys[doc[i]] == line_keys["doc"].to_numpy(np.int64)[at[i]]) & \
+        (line[i] == line_keys["line"].to_numpy(np.int64)[at[i]])
     i = i[~first]
     return doc[i], line[i]
 
 
-def _settled_row(h1: NDArray[np.uint64], h2: NDArray[np.uint64], decided: pd.DataFrame) -> NDArray[np.int64]:
-    """For each key (h1, h2): its row in `decided` (one row a key, as a partition's are), or -1. By a
+def _settled_row(h1: NDArray[np.uint64], h2: NDArray[np.uint64], line_keys: pd.DataFrame) -> NDArray[np.int64]:
+    """For each key (h1, h2): its row in `line_keys` (one row a key, as a partition's are), or -1. By a
     hash lookup of h1, h2 confirming; when two settled keys share an h1 (about one pair in 10^7 among
     10^6 keys), by binary search, those keys looked up one by one."""
-    index = pd.Index(decided["h1"].to_numpy(np.uint64))
+    index = pd.Index(line_keys["h1"].to_numpy(np.uint64))
     if index.is_unique:
         at = index.get_indexer(h1).astype(np.int64)
         found = at >= 0
-        found[found] = decided["h2"].to_numpy(np.uint64)[at[found]] == h2[found]
+        found[found] = line_keys["h2"].to_numpy(np.uint64)[at[found]] == h2[found]
         return np.where(found, at, -1)
-    order = np.lexsort((decided["h2"].to_numpy(np.uint64), decided["h1"].to_numpy(np.uint64)))
-    d1, d2 = decided["h1"].to_numpy(np.uint64)[order], decided["h2"].to_numpy(np.uint64)[order]
+    order = np.lexsort((line_keys["h2"].to_numpy(np.uint64), line_keys["h1"].to_numpy(np.uint64)))
+    d1, d2 = line_keys["h1"].to_numpy(np.uint64)[order], line_keys["h2"].to_numpy(np.uint64)[order]
     lo, hi = np.searchsorted(d1, h1, "left"), np.searchsorted(d1, h1, "right")
     at = np.full(len(h1), -1, np.int64)
     one = (hi - lo == 1)
@@ -164,11 +164,11 @@ def _settled_row(h1: NDArray[np.uint64], h2: NDArray[np.uint64], decided: pd.Dat
     return at
 
 
-def rewrite(texts: pa.Array, keys: NDArray[np.int64], decided: pd.DataFrame, clean: NDArray[np.bool_] | None = None,
+def rewrite(texts: pa.Array, keys: NDArray[np.int64], line_keys: pd.DataFrame, clean: NDArray[np.bool_] | None = None,
             removed: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None) -> tuple[pa.Array, NDArray[np.bool_]]:
     """The texts without the lines they lose (`removed_lines`, unless given as `removed`), and which
     documents lost a line and have no word left (dropped: `empty_after_lines`)."""
-    doc, line = removed if removed is not None else removed_lines(texts, keys, decided, clean)
+    doc, line = removed if removed is not None else removed_lines(texts, keys, line_keys, clean)
     new = without_lines(texts, doc, line)
     emptied = np.zeros(len(texts), bool)
     if len(doc):
@@ -179,13 +179,13 @@ def rewrite(texts: pa.Array, keys: NDArray[np.int64], decided: pd.DataFrame, cle
     return new, emptied
 
 
-def rewritten_frame(part: pd.DataFrame, decided: pd.DataFrame, text_column: str, original: str,
+def rewritten_frame(part: pd.DataFrame, line_keys: pd.DataFrame, text_column: str, original: str,
                     partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """The partition with its texts rewritten (`rewrite`) and the texts as read kept as `original`
     (decontamination reads those)."""
     number = partition_info["number"] if partition_info else 0
     texts = _texts(part, text_column)
-    new, _ = rewrite(texts, doc_keys(number, len(part)), decided)
+    new, _ = rewrite(texts, doc_keys(number, len(part)), line_keys)
     out = part.copy()
     out[original] = part[text_column]
     out[text_column] = pd.Series(pd.arrays.ArrowExtensionArray(new) if len(new) else part[text_column].array[:0],
@@ -193,7 +193,7 @@ def rewritten_frame(part: pd.DataFrame, decided: pd.DataFrame, text_column: str,
     return out
 
 
-def removal_counts(part: pd.DataFrame, decided: pd.DataFrame, text_column: str, protected: ProtectedNgrams | None,
+def removal_counts(part: pd.DataFrame, line_keys: pd.DataFrame, text_column: str, protected: ProtectedNgrams | None,
                    partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Of this partition's clean documents: the lines and characters removed, the documents that lost
     a line and those left without a word, and the histogram (`SHARE_BINS`) of the share of a
@@ -201,12 +201,12 @@ def removal_counts(part: pd.DataFrame, decided: pd.DataFrame, text_column: str, 
     number = partition_info["number"] if partition_info else 0
     texts = _texts(part, text_column)
     keys = doc_keys(number, len(part))
-    clean = clean_documents(part, text_column, protected) if not decided.empty else None
-    doc, line = removed_lines(texts, keys, decided, clean)
+    clean = clean_documents(part, text_column, protected) if not line_keys.empty else None
+    doc, line = removed_lines(texts, keys, line_keys, clean)
     hist = np.zeros(SHARE_BINS, np.int64)
     chars = touched = emptied = 0
     if len(doc):
-        new, gone = rewrite(texts, keys, decided, removed=(doc, line))
+        new, gone = rewrite(texts, keys, line_keys, removed=(doc, line))
         lost = np.unique(doc)
         before = np.asarray(pa.compute.utf8_length(texts.take(pa.array(lost))).to_numpy(zero_copy_only=False), np.int64)
         after = np.asarray(pa.compute.utf8_length(new.take(pa.array(lost))).to_numpy(zero_copy_only=False), np.int64)
@@ -222,9 +222,9 @@ def key_count(settled: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"n": [len(settled.drop_duplicates(["h1", "h2"]))]})
 
 
-def top_keys(decided: pd.DataFrame, n: int = SHOWN_LINES) -> pd.DataFrame:
+def top_keys(line_keys: pd.DataFrame, n: int = SHOWN_LINES) -> pd.DataFrame:
     """The `n` most repeated settled keys of these rows, once each: by count, then by their first
     occurrence's id and line, then by key (never by position: the same whatever the partitioning)."""
-    one = decided.drop_duplicates(["h1", "h2"])
+    one = line_keys.drop_duplicates(["h1", "h2"])
     return one.sort_values(["count", "_id", "line", "h1", "h2"], ascending=[False, True, True, True, True],
                            kind="stable").head(n)
