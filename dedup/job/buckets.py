@@ -16,6 +16,7 @@ from dedup.config import Params
 from dedup.job.checkpoints import Through, as_is
 from dedup.job.graphs import persist, persist_counting
 from dedup.job.manifest import bucket_warning
+from dedup.job.notices import warn
 from dedup.job.routing import ROWS_META, route, route_ranges, row_count
 from dedup.job.stage import Settings, Step, View
 from dedup.partition import keyspace
@@ -113,9 +114,6 @@ def buckets(feat: dd.DataFrame, params: Params, npartitions: int | None = None, 
                           index_band_bytes=int(got["writes"]["bytes"].sum()) if "writes" in got else 0,
                           indexed_matched=int(got["matched"]["n"].sum()) if "matched" in got else 0,
                           bucket_partitions=k, edges=int(c["edges"].sum()))
-    warning = bucket_warning(counts.approximated_buckets, params.max_bucket, counts.largest_approximated_bucket)
-    if warning is not None:
-        log.warning("%s", warning)
     return edges, idx_feat, counts
 
 
@@ -149,6 +147,7 @@ class Buckets(Step):
         job.edges, job.idx_feat, b = buckets(job.feat, s.params, s.npartitions, index_out=s.index_out,
                                              layout=job.layout, rows=report.input_rows,
                                              through=partial(job.kept.through, self.name))
+        warn(report, bucket_warning(b.approximated_buckets, s.params.max_bucket, b.largest_approximated_bucket))
         report.approximated_buckets = b.approximated_buckets
         report.largest_approximated_bucket = b.largest_approximated_bucket
         report.index_bytes += b.index_band_bytes

@@ -15,6 +15,7 @@ from dedup.core.text import encode_batch, texts_of
 from dedup.job.compute import compute, shared
 from dedup.job.features import without_signatures
 from dedup.job.manifest import contamination_guard, record_warning
+from dedup.job.notices import warn
 from dedup.job.stage import Settings, Step, View
 from dedup.partition.features import first_examples, record_examples
 from dedup.storage.safety import TooContaminated
@@ -42,9 +43,8 @@ def _hit_counts(part: pd.DataFrame, feat: pd.DataFrame, protected: ProtectedNgra
 
 
 def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgrams, text_column: str,
-                  input_rows: int, contaminated_rows: int, examples: bool = False) -> ContaminationCounts:
-    """Documents removed per protected file and per record (re-reading only contaminated texts), and a
-    warning for any record that alone removes a large share of the corpus. With `examples`, also
+                  contaminated_rows: int, examples: bool = False) -> ContaminationCounts:
+    """Documents removed per protected file and per record (re-reading only contaminated texts). With `examples`, also
     each record's example for the page: the document with the smallest id among those holding the
     record's smallest n-gram found (`record_examples`), so that the n-gram shown is in the example.
     Each record also counts the documents `removed.parquet` lists under it (`listed`: those whose
@@ -73,8 +73,6 @@ def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, protected: ProtectedNgr
                  "documents": int(docs), "listed": int(listed.get(rec, 0)), "ngram": protected.ngram_text(int(gram))}
         if len(entries) < MAX_RECORDS_IN_MANIFEST:
             entries.append(entry)
-        if (warning := record_warning(entry, input_rows)) is not None:
-            log.warning("%s", warning)
     return ContaminationCounts(per_file, entries, len(recs), first_examples(first[0]) if first else None)
 
 
@@ -100,15 +98,20 @@ class Contamination(Step):
     def run(self, job: View) -> str:
         s, report = job.settings, job.report
         assert s.protected is not None
-        got = contamination(job.documents, job.feat, s.protected, s.text_column, report.input_rows, report.contaminated,
+        got = contamination(job.documents, job.feat, s.protected, s.text_column, report.contaminated,
                             examples=s.details)
         job.examples = got.examples
         report.contaminated_by_file = got.by_file
         report.contaminated_by_record = got.by_record
         report.contaminated_records = got.records
+        for entry in got.by_record:  # the records are in order of documents: those warned of come first
+            warn(report, record_warning(entry, report.input_rows))
         return f"{report.contaminated} documents hit {got.records} protected record(s)"
 
     def after(self, job: View) -> None:
-        limit = job.settings.max_contaminated
-        if limit is not None and (stop := contamination_guard(job.report, limit)):
-            raise TooContaminated(stop)
+        s = job.settings
+        if s.max_contaminated is not None and (stop := contamination_guard(job.report, s.max_contaminated)):
+            if not s.dry_run:
+                raise TooContaminated(stop)
+            if stop not in job.report.warnings:  # said once, however often the stage is read back
+                warn(job.report, stop)  # a dry run says what the run would do

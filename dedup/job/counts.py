@@ -60,7 +60,6 @@ class Report:
     the histogram of the share of a changed document's characters removed (`dedup.job.lines`)."""
     top_lines: list[dict[str, Any]] = field(default_factory=list)
     """With line dedup: the most repeated lines, their counts and first occurrences (and texts)."""
-    notes: list[str] = field(default_factory=list)
-    """Warnings found before or outside the stages (each logged as found): an eval file that protects
-    nothing, an earlier index whose files cannot be verified, an input of no files. The manifest's
-    `warnings` lists them first."""
+    warnings: list[str] = field(default_factory=list)
+    """Every warning of the run, in the order found, each logged as it is found (`notices.warn`): the
+    manifest's `warnings` and the page's read them here."""

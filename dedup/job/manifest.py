@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dedup.config import MAX_CONTAMINATED, Params
+from dedup.config import Params
 from dedup.job.counts import Report
-from dedup.job.notices import banding, banding_warning, unspaced_warning
+from dedup.job.notices import banding
 from dedup.job.plan import Plan
 from dedup.job.stage import Job
 from dedup.job.versions import versions
@@ -65,18 +65,6 @@ def contamination_guard(report: Report, max_share: float) -> str | None:
             "that shows them), or raise --max-contaminated (1 turns the guard off).")
 
 
-def warnings_of(report: Report, params: Params, max_contaminated: float = MAX_CONTAMINATED, near: bool = True
-                ) -> list[str]:
-    """What a reader of the report must not miss: the manifest's `warnings`, shown on the page, each
-    logged as the run finds it."""
-    found = [*report.notes, banding_warning(params) if near else None, unspaced_warning(*report.unspaced),
-             contamination_guard(report, max_contaminated)]
-    found += [record_warning(r, report.input_rows) for r in report.contaminated_by_record]
-    found.append(bucket_warning(report.approximated_buckets, params.max_bucket, report.largest_approximated_bucket))
-    found.append(chained_warning(report, params))
-    return [w for w in found if w]
-
-
 def dropped_near(plan: Plan) -> int:
     """Near duplicates dropped from the output (none when they are only tagged)."""
     return plan.report.near_duplicates if (plan.options.near and plan.options.drop) else 0
@@ -112,7 +100,7 @@ def build_manifest(plan: Plan, job: Job, output_rows: int) -> dict[str, Any]:
         "versions": versions(), "seconds": report.seconds,
         "dry_run": plan.options.dry_run, "similarity_histogram": report.similarity_histogram,
         "what_if": report.what_if or None,
-        "warnings": warnings_of(report, params, plan.options.max_contaminated, plan.options.near),
+        "warnings": list(report.warnings),
         "max_contaminated": plan.options.max_contaminated,
         "report": removed.PAGE if plan.options.write_report else None,
         "against": [p.shown for p in plan.against], "indexed_documents": report.indexed_documents,

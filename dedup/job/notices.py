@@ -20,10 +20,12 @@ UNSPACED_WARN_SHARE = 0.1
 is of scripts written without spaces (`dedup.core.text.unspaced`): a mixed corpus too."""
 
 
-def warn(report: Report, text: str) -> None:
-    """Log a warning and keep it for the manifest's `warnings` and the page (`Report.notes`)."""
-    log.warning("%s", text)
-    report.notes.append(text)
+def warn(report: Report, text: str | None) -> None:
+    """Log a warning (if any) and keep it for the manifest's `warnings` and the page (`Report.warnings`):
+    the one way a warning is said."""
+    if text:
+        log.warning("%s", text)
+        report.warnings.append(text)
 
 
 def banding(params: Params) -> dict[str, Any]:
@@ -68,11 +70,11 @@ def unspaced_warning(hits: int, sampled: int) -> str | None:
             "duplicates; use --shingle-unit char (or run those texts apart from the rest with it)")
 
 
-def log_banding(params: Params) -> None:
+def log_banding(params: Params, report: Report) -> None:
     """One line on the banding: the one the threshold's rule gives, or a warning for one given that
     misses pairs at the threshold (`banding_warning`, also in the manifest and on the page)."""
     if warning := banding_warning(params):
-        log.warning("%s", warning)
+        warn(report, warning)
         return
     b = banding(params)
     best = b.get("recommended") or {}
@@ -89,5 +91,4 @@ def warn_unspaced(shards: Sequence[shards_mod.Shard], text_column: str, report: 
 
     sample = reads.sample_texts(shards, text_column)
     report.unspaced = [sum(map(unspaced, sample)), len(sample)]
-    if warning := unspaced_warning(*report.unspaced):
-        log.warning("%s", warning)
+    warn(report, unspaced_warning(*report.unspaced))

@@ -146,7 +146,7 @@ def start(plan: Plan) -> Job:
         locate=write.locator(plan.groups), details=o.write_report, against=plan.against,
         skip_existing=o.skip_existing, index_out=index_out, spill_dir=f"{staging.url}/{LABELS_DIR}", rows=rows,
         cluster_size=o.cluster_size and o.near, keep=plan.keep_by[1] if plan.keep_by else None,
-        clusters=o.clusters, max_contaminated=None if o.dry_run else o.max_contaminated, lines=o.lines,
+        clusters=o.clusters, max_contaminated=o.max_contaminated, lines=o.lines,
         min_copies=o.min_copies, files=True, dry_run=o.dry_run)
     return Job(settings, plan.report, kept, plan)
 

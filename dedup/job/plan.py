@@ -257,7 +257,7 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
                  "ranges that decode it from its start; row groups of at most %d rows read faster", len(big),
                  big[0][0].path, big[0][1], o.partition_rows)
     if o.near:  # once everything is checked: a refused run says one line
-        log_banding(params)
+        log_banding(params, report)
     return Plan(input, output, o, found, schema, groups, prot, params, id_column, staging, report, start, parts,
                 keep_by=keep, hive=hive)
 

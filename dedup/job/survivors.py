@@ -26,6 +26,7 @@ from dedup.job.confirm import SIMILARITY_BINS, score_pairs
 from dedup.job.features import without_signatures
 from dedup.job.graphs import persist, persist_counting
 from dedup.job.manifest import chained_warning
+from dedup.job.notices import warn
 from dedup.job.routing import ID_ROW_BYTES, ROWS_META, label_part, route, route_by, row_count
 from dedup.job.stage import Settings, Step, View
 from dedup.partition.confirm import ROUTED_META
@@ -158,8 +159,7 @@ class Survivors(Step):
         report.clusters_mode = s.clusters
         report.survivor_rounds, report.survivor_scored, report.below_survivor = c.rounds, c.scored, c.below
         report.survivor_histogram = c.histogram
-        if warning := chained_warning(report, s.params):
-            log.warning("%s", warning)
+        warn(report, chained_warning(report, s.params))
         summary = (f"{c.scored} members scored against their connected component's survivor, "
                    f"{c.below} below {s.params.threshold:.3f}")
         if s.clusters == "centred":
