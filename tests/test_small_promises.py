@@ -218,7 +218,7 @@ def test_a_run_left_by_other_code_is_not_resumed(tmp_path: Path, caplog: pytest.
     assert after != before
     out = str(tmp_path / "out")
     left = Staging(out, {"version": {"dedup": "0.1.0"}, "code": before})
-    left.keep = True
+    left.resumable = True
     left.hold()
     left.close()
     same = Staging(out, {"version": {"dedup": "0.1.0"}, "code": before})

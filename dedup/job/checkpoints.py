@@ -75,7 +75,7 @@ class Checkpoints:
         self.verify()
         self.reused_stages = [s for s in self.order if s in self.done]
         if self.done:
-            staging.keep = True
+            staging.resumable = True
 
     def verify(self) -> None:
         """Keep only the stages before the first whose kept files are not all there as they were
@@ -217,7 +217,7 @@ class Checkpoints:
                 "frames": {name: f.npartitions for name, f in {**kept, **(written or {})}.items()}, "files": files}
         with fs.open(f"{self.root}/{stage}/{DONE}", "w") as fh:
             json.dump(done, fh)
-        self.staging.keep = True
+        self.staging.resumable = True
 
     def _part(self, stage: str, name: str, i: int | str) -> str:
         number = i if isinstance(i, str) else f"{i:06d}"

@@ -15,7 +15,7 @@ log = logging.getLogger("dedup")
 
 PROGRESS_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("dedup_progress_label", default="")
 """The progress bar's label: the stage running and what it works on, set for the stage's duration by
-`dedup.job.timing.Stage` (a context variable: scoped to the stage, and to the thread running it)."""
+`dedup.job.timing.Timed` (a context variable: scoped to the stage, and to the thread running it)."""
 
 
 def show_progress(futures: Any) -> None:

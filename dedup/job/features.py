@@ -159,7 +159,7 @@ class Features(Step):
         job.feat = feat
         return summary
 
-    def keep(self, job: View) -> dict[str, Any]:
+    def to_keep(self, job: View) -> dict[str, Any]:
         on_disk = job.settings.features_dir is not None and not job.report.skipped_existing  # else marked, in memory
         return {"written": {"feat": job.feat}} if on_disk else {"frames": {"feat": job.feat}}
 

@@ -1,4 +1,4 @@
-"""Stage 1's check on Dask: ids unique in this run and new to the earlier outputs' indexes."""
+"""The features stage's check on Dask: ids unique in this run and new to the earlier outputs' indexes."""
 
 from __future__ import annotations
 

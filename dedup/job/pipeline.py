@@ -114,9 +114,9 @@ def execute(plan: Plan) -> dict[str, Any]:
             explain_killed_worker(exc, [[p.describe() for p in g] for g in plan.groups],
                                   plan.protected.nbytes / 1e6 if plan.protected else 0.0)
         if _no_space(exc):  # what was kept would only hold the space a new attempt needs
-            plan.staging.keep = False
+            plan.staging.resumable = False
         plan.staging.abandon(settle=settle)  # the tasks still running end (or find their run ended) first
-        if plan.staging.keep and job is not None and job.kept.finished():
+        if plan.staging.resumable and job is not None and job.kept.finished():
             log.warning("the finished stages (%s) are kept in %s: the same command resumes from them, --restart "
                         "starts over", ", ".join(job.kept.finished()), plan.staging.url)
         raise
@@ -145,7 +145,7 @@ def start(plan: Plan) -> Job:
         components=o.components, features_dir=kept.directory("features", "feat") if on_disk else None,
         locate=write.locator(plan.groups), details=o.write_report, against=plan.against,
         skip_existing=o.skip_existing, index_out=index_out, spill_dir=f"{staging.url}/{LABELS_DIR}", rows=rows,
-        cluster_size=o.cluster_size and o.near, keep=plan.keep_by[1] if plan.keep_by else None,
+        cluster_size=o.cluster_size and o.near, survivor_order=plan.keep_by[1] if plan.keep_by else None,
         clusters=o.clusters, max_contaminated=o.max_contaminated, lines=o.lines,
         min_copies=o.min_copies, files=True, dry_run=o.dry_run)
     return Job(settings, plan.report, kept, plan)
@@ -158,7 +158,7 @@ def publish(plan: Plan, job: Job) -> dict[str, Any]:
         _set_aside_for_the_run(plan)
     if not plan.shards:
         warn(plan.report, f"input {plan.input} holds no files: writing an empty output")
-    plan.staging.keep = False  # from here a failure leaves nothing to resume from
+    plan.staging.resumable = False  # from here a failure leaves nothing to resume from
     plan.staging.remove(STAGES_DIR)  # what a resumed run would need: never part of OUTPUT (nor is RESUME)
     output_rows = _accounted_rows(plan)
     plan.report.output_bytes = plan.staging.data_bytes() if plan.shards else 0

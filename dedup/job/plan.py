@@ -19,7 +19,7 @@ from dedup.config import CLUSTER_MODES, COMPONENT_MODES, MAX_CONTAMINATED, MIN_C
 from dedup.job.counts import Report
 from dedup.job.fingerprint import fingerprint
 from dedup.job.notices import log_banding, warn, warn_unspaced
-from dedup.job.timing import Stage
+from dedup.job.timing import Timed
 from dedup.storage import reads
 from dedup.storage import shards as shards_mod
 from dedup.storage.safety import UsageError, check_output, expand_protected, input_places, read_manifest
@@ -237,7 +237,7 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     if prot_paths:
         from dedup.storage.protected import read_protected
 
-        with Stage(report, "protected") as stage:
+        with Timed(report, "protected") as stage:
             prot = read_protected(prot_paths, params.ngram_size)
             report.contaminated_by_file = dict.fromkeys(prot.files, 0)
             for name, count in zip(prot.files, prot.gram_counts()):

@@ -35,7 +35,7 @@ class Read(Step):
         meta = pd.DataFrame({plan.id_column: pd.Series(dtype=np.int64 if pa.types.is_integer(id_type) else object),
                              plan.options.text_column: pd.Series(dtype=TEXT_DTYPE)})
         keep = None
-        if job.settings.keep is not None:
+        if job.settings.survivor_order is not None:
             assert plan.keep_by is not None
             keep = (plan.keep_by[0], plan.column_type(plan.keep_by[0]))
             meta[KEEP] = pd.Series(dtype=pd.ArrowDtype(reads.keep_type(keep[1])))

@@ -131,7 +131,7 @@ class Roots(Step):
                           placed=placed, edge_rows=job.graph_edges,
                           summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if s.details else None,
                           scored=job.scored if s.details else None, exact=s.params.confirm == "exact",
-                          sizes=s.cluster_size, keep=s.keep)
+                          sizes=s.cluster_size, keep=s.survivor_order)
         job.roots = persist(job.kept.through(self.name, "roots", routed))
         report.clusters, report.largest_cluster = r.clusters, r.largest
         report.near_duplicates = r.duplicates

@@ -10,7 +10,7 @@ the stage checks that it gave all of it.
 
 A stage kept for a resumed run (`kept`) lists which of its results are kept and how (`values`,
 `frames`, `tables`): one an interrupted run finished is read back (`restore`), any other is run
-inside `timing.Stage` (timing, the log line, interrupt checks) and kept as it ends
+inside `timing.Timed` (timing, the log line, interrupt checks) and kept as it ends
 (`dedup.job.checkpoints`). Its `before` and `after` run either way: what it needs set up, and what
 it derives from its results however they came. Besides results, a stage sees the job's context:
 its settings, the report (every count and warning, the one channel the log, the manifest and the
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dedup.config import MIN_COPIES, Params
 from dedup.job.checkpoints import Checkpoints
 from dedup.job.counts import Report
-from dedup.job.timing import Stage
+from dedup.job.timing import Timed
 from dedup.partition import keyspace
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class Settings:
     documents whose id one of them holds are skipped instead of refused. `index_out`: where this
     run's index files go. `spill_dir`: where client components leave their labels. `rows`: the
     input's rows when known (Parquet footers), so small routes skip a shuffle. `features_dir`: the
-    features on disk there, else in worker memory. `keep` ("max"/"min"): each cluster's root is the
+    features on disk there, else in worker memory. `survivor_order` ("max"/"min"): each cluster's root is the
     member with the largest (smallest) `--keep-by` value, carried as the `_keep` column.
     `max_contaminated`: the share of the input decontamination may remove before the run stops.
     `lines`: exact line dedup first (`dedup.job.lines`), a line's key removed from all but its first
@@ -75,7 +75,7 @@ class Settings:
     spill_dir: str | None = None
     rows: int | None = None
     cluster_size: bool = False
-    keep: str | None = None
+    survivor_order: str | None = None
     clusters: str = "connected"
     max_contaminated: float | None = None
     lines: bool = False
@@ -136,7 +136,7 @@ class Step:
         """Compute, set this stage's results and the report's counts; the log line's words."""
         raise NotImplementedError
 
-    def keep(self, job: View) -> dict[str, Any]:
+    def to_keep(self, job: View) -> dict[str, Any]:
         """What `Checkpoints.save` keeps of this stage."""
         return {"values": {v: getattr(job, v) for v in self.values},
                 "frames": {f: getattr(job, f) for f in self.frames},
@@ -226,10 +226,10 @@ def run_stages(job: Job, stages: Sequence[Step]) -> Job:
         if step.kept and (values := job.kept.reused(step.name)) is not None:
             step.restore(view, values)
         elif step.timed:
-            with Stage(job.report, step.title(job.settings), job.kept if step.kept else None) as stage:
+            with Timed(job.report, step.title(job.settings), job.kept if step.kept else None) as stage:
                 stage.summary = step.run(view)
                 if step.kept:
-                    stage.keep(**step.keep(view))
+                    stage.keep(**step.to_keep(view))
         else:
             step.run(view)
         step.after(view)

@@ -71,7 +71,7 @@ def survivors(job: View) -> tuple[dd.DataFrame, SurvivorCounts]:
     are joined again where `--components` says, as for the components stage."""
     s = job.settings
     labels, graph, feat, texts, placed = job.labels, job.graph, job.feat_all, job.texts, job.placed
-    params, keep, first_indexed, placement = s.params, s.keep, job.first_indexed, job.placement
+    params, keep, first_indexed, placement = s.params, s.survivor_order, job.first_indexed, job.placement
     centred = s.clusters == "centred"
     n = feat.npartitions
     k = max(1, n)

@@ -1,4 +1,4 @@
-"""Each stage timed into the report, logged in one line, and kept for a resumed run as it ends (`Stage`)."""
+"""Each stage timed into the report, logged in one line, and kept for a resumed run as it ends (`Timed`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ log = logging.getLogger("dedup")
 
 
 STAGE_LINE = "%s: %s (%.1f s)"
-"""The line each stage logs as it ends: its name, what it did, its seconds (`Stage`)."""
+"""The line each stage logs as it ends: its name, what it did, its seconds (`Timed`)."""
 
 
-class Stage:
+class Timed:
     """Times one stage into the report and logs one line for it: what it did, and its seconds. With
     `kept` (`dedup.job.checkpoints.Checkpoints`), what the stage gave to `keep` is saved as it ends,
     before its line: a run killed after the line resumes after the stage."""

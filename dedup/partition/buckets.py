@@ -1,4 +1,4 @@
-"""Stage 3, per partition: band rows (one per band of each distinct text) and, after the shuffle
+"""The buckets stage, per partition: band rows (one per band of each distinct text) and, after the shuffle
 on the band key, the edges of each bucket."""
 
 from __future__ import annotations

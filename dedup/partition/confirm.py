@@ -1,4 +1,4 @@
-"""Stage 4, per partition: bucket edges as distinct pairs, the left document's payload attached at
+"""The confirm stage, per partition: bucket edges as distinct pairs, the left document's payload attached at
 its partition, the pair scored at its right document's partition, and the graph's edges."""
 
 from __future__ import annotations

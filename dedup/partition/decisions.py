@@ -1,4 +1,4 @@
-"""Stage 7, per partition: which rows are kept and the `minhash_cluster` each carries."""
+"""The write stage, per partition: which rows are kept and the `minhash_cluster` each carries."""
 
 from __future__ import annotations
 

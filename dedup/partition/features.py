@@ -1,4 +1,4 @@
-"""Stage 1, per partition: each document's features (id, key, text hashes, contamination source,
+"""The features stage, per partition: each document's features (id, key, text hashes, contamination source,
 MinHash signature) as one plain frame, and what is read back from it.
 
 Every frame here has numpy dtypes and no list or array-of-object columns: those break p2p

@@ -1,4 +1,4 @@
-"""Stage 6, per partition: component labels given ids where their documents live, then each
+"""The roots stage, per partition: component labels given ids where their documents live, then each
 component's root (its smallest id) and each member's matched document, where the component's
 rows meet."""
 

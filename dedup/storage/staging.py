@@ -153,7 +153,7 @@ class Staging:
         self._lock_fd: int | None = None
         self._lock_token: str | None = None  # on an object store: what this run wrote into the lock it holds
         self.committed = False
-        self.keep = False
+        self.resumable = False  # whether a failure leaves this directory for the same command to resume from
         self.resumed_from: str | None = None
         self.complete = False  # the taken-over staging directory holds a complete output whose publish was cut short
         self.from_dry_run = False  # the taken-over staging directory holds the stages a --dry-run set aside
@@ -307,7 +307,7 @@ class Staging:
         if changed is not None:
             log.info("not resuming the %s of %s: %s; starting over", which, when, changed)
             return None
-        self.tmp, self.resumed_from, self.keep = path, when, True
+        self.tmp, self.resumed_from, self.resumable = path, when, True
         self.complete = self.fs.exists(f"{path}/{MANIFEST}")
         self.from_dry_run = bool(info.get("dry_run"))
         return path
@@ -405,7 +405,7 @@ class Staging:
         if self.committed or (self.remote and self.fs.exists(f"{self.tmp}/{MANIFEST}")):
             return
         try:
-            if self.keep:
+            if self.resumable:
                 self.hold(settle)
                 return
             self.discard(settle)
