@@ -304,3 +304,18 @@ def test_the_read_write_and_page_stages_alone_on_files(documents: pd.DataFrame, 
     finally:
         plan.staging.abandon()
         plan.close()
+
+
+def test_one_configuration_checked_as_made_and_misspelt_options_refused(tmp_path: Path) -> None:
+    from dedup.job.pipeline import run
+    from dedup.job.plan import Options
+    from dedup.storage.safety import UsageError
+
+    with pytest.raises(UsageError, match="--min-copies is how many occurrences"):
+        Options(min_copies=1)
+    with pytest.raises(UsageError, match="--clusters says how near duplicates are clustered"):
+        Options(near=False, clusters="centred")
+    assert Options(max_contaminated=-0.0).max_contaminated == 0.0 and str(Options(max_contaminated=-0.0).max_contaminated) == "0.0"
+    with pytest.raises(UsageError, match="unknown option.s. min_copy; the options are"):
+        run(str(tmp_path / "in"), str(tmp_path / "out"), min_copy=3)
+    assert not (tmp_path / "out").exists()
