@@ -12,7 +12,9 @@ from dedup.config import (
     CONFIRM_MODES,
     DEFAULT_SHINGLE_SIZE,
     MAX_CONTAMINATED,
+    MAX_LINES_REMOVED,
     MIN_COPIES,
+    MIN_LINE_WORDS,
     PARTITION_ROWS,
     SHINGLE_UNITS,
     Params,
@@ -85,12 +87,21 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
         ln = p.add_argument_group("exact line dedup (docs/contract.md section 6b)")
         if lines == "flag":
             ln.add_argument("--lines", action="store_true",
-                            help="after decontamination, remove every line whose words occur as a line at least "
-                                 "--min-copies times in the corpus, but from its first occurrence (the document with "
-                                 "the smallest id); near duplicates are then found on the new texts")
+                            help="after near dedup (found on the original texts), remove from the surviving documents "
+                                 "every line whose words occur as a line at least --min-copies times among them, but "
+                                 "from its first occurrence (the document with the smallest id); the new texts are "
+                                 "checked for protected n-grams again. Lists each line removed in "
+                                 "_report/removed_lines.parquet; writes no _index/")
         ln.add_argument("--min-copies", type=int, default=MIN_COPIES, metavar="N",
-                        help="occurrences in the corpus (every document and line counted) that make a line "
+                        help="occurrences (every surviving document and line counted) that make a line "
                              f"repeated (default: {MIN_COPIES})")
+        ln.add_argument("--min-line-words", type=int, default=MIN_LINE_WORDS, metavar="N",
+                        help="a line of fewer words is never removed for its own key (a heading, `or`, a piece of a "
+                             f"hard-wrapped sentence); blank lines go with removed neighbours (default: {MIN_LINE_WORDS})")
+        ln.add_argument("--max-lines-removed", type=float, default=MAX_LINES_REMOVED, metavar="FRACTION",
+                        help="stop before publishing (exit 3, OUTPUT as it was) when line dedup would remove more than "
+                             "this share of the surviving documents' characters; a --dry-run only warns; 1 turns the "
+                             f"guard off (default: {MAX_LINES_REMOVED})")
     if decontam:
         d = p.add_argument_group("decontamination")
         d.add_argument("--protected", action="append", default=[], metavar="PATH",
@@ -157,8 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="INPUT: a Parquet file, a directory of shards, a glob or an fsspec URL. "
                                             "OUTPUT: the same shards (same names, same schema plus minhash_cluster) plus "
                                             "_dedup.json, the manifest that marks it complete. Exit codes: 0 done, 1 the "
-                                            "run failed, 2 bad usage, 3 stopped by --max-contaminated, 130 interrupted "
-                                            "(OUTPUT as it was). The contract: docs/contract.md.")
+                                            "run failed, 2 bad usage, 3 stopped by --max-contaminated or --max-lines-removed, "
+                                            "130 interrupted (OUTPUT as it was). The contract: docs/contract.md.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     specs = [
         ("run", "decontaminate, [remove repeated lines,] then near-dedup, in one job", True, True, "flag"),

@@ -113,7 +113,7 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
 
 
 OPTIONAL_FLAGS = ("components", "against", "skip_existing", "cluster_size", "keep_by", "clusters", "max_contaminated",
-                  "min_copies")
+                  "min_copies", "min_line_words", "max_lines_removed")
 """Options whose flags only some commands have (`dedup.arguments`), by their `Options` name."""
 
 
@@ -165,14 +165,15 @@ def _summary(m: dict[str, Any]) -> str:
     lines = [
         f"input rows            {m['input_rows']:>10,}",
         f"contaminated dropped  {m['contaminated_dropped']:>10,}",
-        *([f"repeated lines removed {ln['lines_removed']:>9,}  from {ln['documents_changed']:,} documents "
-           f"({ln['characters_removed']:,} characters); {ln['documents_dropped']:,} left without a word, dropped"]
-          if (ln := m.get("lines")) else []),
         f"near duplicates found {m['near_duplicates_found']:>10,}  in {m['clusters']:,} clusters (largest {m['largest_cluster']})",
         f"near duplicates dropped {m['near_duplicates_dropped']:>8,}",
         *([f"  of earlier outputs   {m['near_duplicates_of_indexed']:>10,}  ({m['indexed_documents']:,} indexed "
            f"documents in {len(m['against'])} output(s))"] if m.get("against") else []),
         *([f"skipped (id indexed)  {m['skipped_existing']:>10,}"] if m.get("skipped_existing") else []),
+        *([f"repeated lines removed {ln['lines_removed']:>9,}  from {ln['documents_changed']:,} documents "
+           f"({ln['characters_removed']:,} characters, {ln['characters_removed_share']:.1%} of the survivors'); "
+           f"{ln['documents_dropped']:,} left without a word and {ln['documents_contaminated']:,} contaminated anew, "
+           "dropped"] if (ln := m.get("lines")) else []),
         f"output rows           {m['output_rows']:>10,}",
         f"seconds               {m['seconds'].get('total', 0):>10.1f}"
         + (f"  (and {r['reused_seconds']:.1f} s of the {r.get('of', 'interrupted run')}'s stages, reused)"
@@ -335,7 +336,8 @@ def _message(exc: BaseException, args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 done, 1 the run failed, 2 bad usage (arguments, paths, input), 3 stopped by
-    `--max-contaminated` (OUTPUT as it was), 130 interrupted before OUTPUT was replaced (OUTPUT as it was)."""
+    `--max-contaminated` or `--max-lines-removed` (OUTPUT as it was), 130 interrupted before OUTPUT was
+    replaced (OUTPUT as it was)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)

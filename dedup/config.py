@@ -35,6 +35,12 @@ MAX_CONTAMINATED = 0.1
 stops before publishing (a dry run only warns): an eval record that quotes boilerplate guts a corpus."""
 MIN_COPIES = 2
 """`--min-copies`: the occurrences in the corpus that make a line's key repeated (line dedup)."""
+MIN_LINE_WORDS = 1
+"""`--min-line-words`: a line with fewer words is never removed for its own key (line dedup)."""
+MAX_LINES_REMOVED = 0.5
+"""`--max-lines-removed`: a run whose line dedup would remove more than this share of the surviving
+documents' characters stops before publishing (a dry run only warns): a repeated line that is
+content, not boilerplate (a hard-wrapped sentence's piece, a heading), guts a corpus."""
 CLUSTER_MODES = ("connected", "centred")
 """`--clusters`: connected components of the confirmed graph (the contract's union-find), or
 clusters whose every member reaches the threshold with its survivor (docs/contract.md)."""

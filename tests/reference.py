@@ -177,26 +177,41 @@ def _line_key(line: str) -> str:
     return " ".join(re.findall(r"\w+", line.lower()))
 
 
-def ref_removed_lines(ids: list, texts: list[str | None], min_copies: int = 2) -> set[tuple]:
+def ref_removed_lines(ids: list, texts: list[str | None], min_copies: int = 2, min_words: int = 1) -> set[tuple]:
     """Contract §6b in plain Python: the (id, line number) of every line removed. A key is the line's
-    words joined by one space; a key occurring at least `min_copies` times (every (document, line))
-    keeps its occurrence with the smallest (id, line) and loses every other."""
+    words joined by one space; a key of at least `min_words` words occurring at least `min_copies`
+    times (every (document, line)) keeps its occurrence with the smallest (id, line) and loses every
+    other. In a document that lost a line, a line without words goes when the closest line with
+    words above it and the closest below it are each removed or absent."""
     where: dict[str, list[tuple]] = {}
     for i, t in zip(ids, texts):
         for j, line in enumerate(t.split("\n") if t is not None else []):
             if _line_key(line):
                 where.setdefault(_line_key(line), []).append((i, j))
     removed = set()
-    for occurrences in where.values():
-        if len(occurrences) >= min_copies:
+    for key, occurrences in where.items():
+        if len(occurrences) >= min_copies and len(key.split(" ")) >= min_words:
             removed |= set(occurrences) - {min(occurrences)}
-    return removed
+    blanks = set()
+    for i, t in zip(ids, texts):
+        lines = t.split("\n") if t is not None else []
+        if not any((i, j) in removed for j in range(len(lines))):
+            continue
+        worded = [j for j, line in enumerate(lines) if _line_key(line)]
+        for j, line in enumerate(lines):
+            if _line_key(line):
+                continue
+            above = [w for w in worded if w < j]
+            below = [w for w in worded if w > j]
+            if (not above or (i, above[-1]) in removed) and (not below or (i, below[0]) in removed):
+                blanks.add((i, j))
+    return removed | blanks
 
 
-def ref_lines(ids: list, texts: list[str | None], min_copies: int = 2) -> dict:
+def ref_lines(ids: list, texts: list[str | None], min_copies: int = 2, min_words: int = 1) -> dict:
     """Each id's new text by contract §6b (`ref_removed_lines`), `DROPPED` for a document that lost a
     line and has no word left, or None for a null text."""
-    removed = ref_removed_lines(ids, texts, min_copies)
+    removed = ref_removed_lines(ids, texts, min_copies, min_words)
     out = {}
     for i, t in zip(ids, texts):
         if t is None:

@@ -1,6 +1,8 @@
 """Exact line dedup (docs/contract.md §6b) against its plain-Python reading (`tests.reference.ref_lines`):
-the lines' keys and the rewriting on their own, whole runs on a real cluster at several partitionings,
-a line in every document, the order decontaminate -> lines -> near duplicates, and the CLI."""
+the lines' keys, the partition steps and the rewriting on their own, whole runs on a real cluster at
+several partitionings, a line in every document, the order decontaminate -> near duplicates -> lines on
+the survivors -> protected n-grams again, the guard, every text type, the list of removed lines, and
+the CLI."""
 
 from __future__ import annotations
 
@@ -21,9 +23,14 @@ from hypothesis import strategies as st
 from dedup import Params
 from dedup.core.lines import split_lines, without_lines
 from dedup.job.pipeline import run
+from dedup.partition import lines as part_lines
+from dedup.partition.keyspace import doc_keys
 from dedup.storage.safety import UsageError
 from tests.conftest import DEDUP, chromium, kill_after, parquet_digests, run_command, write_shards
 from tests.reference import DROPPED, ref_clusters, ref_lines, ref_removed_lines
+
+NO_GUARD = {"max_lines_removed": 1.0}
+"""Small generated corpora are mostly repeated lines: the guard would stop them."""
 
 LINES = ["Home | About", "home about", "Copyright 2024 ACME", "copyright 2024 acme!", "", "  ", "---", "\r",
          "x\r", "X", "ünïcode Straße", "UNÏCODE strasse", "real words here", "more words", "İstanbul"]
@@ -63,9 +70,60 @@ def _texts(frame: pd.DataFrame) -> list[str | None]:
     return [t if isinstance(t, str) else None for t in frame["text"]]
 
 
-def _check(out: Path, frame: pd.DataFrame, want: dict, manifest: dict, min_copies: int = 2) -> None:
+@settings(max_examples=150, deadline=None)
+@given(texts_strategy, st.integers(1, 3), st.integers(2, 3), st.integers(1, 3), st.randoms(use_true_random=False))
+def test_the_partition_steps_remove_the_lines_the_reference_removes(texts: list[str | None], parts: int,
+                                                                    min_copies: int, min_words: int,
+                                                                    rnd: random.Random) -> None:
+    """Without a cluster: each partition's keys (`partition_firsts`), settled over all of them
+    (`settle_keys`), sent back: the lines removed (blank neighbours included), the first occurrence
+    each points at, the new texts and the what-if cells are the reference's, at 1 to 3 partitions."""
+    ids = [f"d{i:03d}" for i in range(len(texts))]
+    rnd.shuffle(ids)
+    frame = pd.DataFrame({"id": ids, "text": pd.Series(texts, dtype=object)})
+    bounds = np.linspace(0, len(frame), parts + 1).astype(int)
+    pieces = [frame.iloc[lo:hi].reset_index(drop=True) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    feats = [pd.DataFrame({"_id": p["id"].to_numpy(object), "doc": doc_keys(n, len(p)),
+                           "source": np.full(len(p), -1, np.int32), "skipped": np.zeros(len(p), bool)})
+             for n, p in enumerate(pieces)]
+    firsts = pd.concat([part_lines.partition_firsts(p, f, None, "id", "text", True, {"number": n})
+                        for n, (p, f) in enumerate(zip(pieces, feats))], ignore_index=True)
+    settled = part_lines.settle_keys(firsts, min_copies, min_words)
+    got: dict[tuple, tuple] = {}
+    new: dict[str, str | None] = {}
+    for n, p in enumerate(pieces):
+        mine = settled[settled["part"] == n].reset_index(drop=True)
+        texts_here = pa.array(_texts(p), pa.string())
+        keep = np.ones(len(p), bool)
+        rows = part_lines.removed_line_rows(texts_here, p["id"].to_numpy(object), doc_keys(n, len(p)), mine, keep,
+                                            pa.string())
+        got.update({(r["id"], r["line"]): (r["first_id"], r["first_line"], r["text"]) for r in rows.to_pylist()})
+        after = part_lines.without_removed_lines(texts_here, doc_keys(n, len(p)), mine, keep).to_pylist()
+        new.update(zip(p["id"], after))
+    want = ref_removed_lines(ids, texts, min_copies, min_words)
+    assert set(got) == want
+    text_of = dict(zip(ids, texts))
+    where: dict[str, list[tuple]] = {}
+    for i, t in zip(ids, texts):
+        for j, line in enumerate(t.split("\n") if t is not None else []):
+            where.setdefault(_key(line), []).append((i, j, line))
+    for (i, j), (fi, fj, text) in got.items():
+        line = text_of[i].split("\n")[j]
+        assert text == line
+        assert (fi, fj) == (min(where[_key(line)])[:2] if _key(line) else (None, None))
+    ref = ref_lines(ids, texts, min_copies, min_words)
+    assert {i: t for i, t in new.items() if ref[i] is not DROPPED} == {i: t for i, t in ref.items() if t is not DROPPED}
+    cells = part_lines.what_if(firsts)["removed"][0]
+    for a, copies in enumerate(part_lines.WHAT_IF_COPIES):
+        for b, words in enumerate(part_lines.WHAT_IF_WORDS):
+            gone = [sorted(w)[1:] for k, w in where.items() if k and len(w) >= copies and len(k.split(" ")) >= words]
+            assert cells[a, b] == sum(len(line) + 1 for w in gone for _, _, line in w)
+
+
+def _check(out: Path, frame: pd.DataFrame, want: dict, manifest: dict, min_copies: int = 2, min_words: int = 1) -> None:
     """OUTPUT holds every row the reference keeps, in input order, with its new text; removed.parquet
-    lists the dropped ones; the manifest counts what the reference removed."""
+    lists the dropped ones, removed_lines.parquet every line removed; the manifest counts what the
+    reference removed."""
     got = pd.read_parquet(out)
     kept = [i for i in frame["id"] if want[i] is not DROPPED]
     assert got["id"].tolist() == kept
@@ -73,40 +131,50 @@ def _check(out: Path, frame: pd.DataFrame, want: dict, manifest: dict, min_copie
     removed = pd.read_parquet(out / "_report" / "removed.parquet")
     assert sorted(removed["id"]) == sorted(i for i in frame["id"] if want[i] is DROPPED)
     assert set(removed["reason"]) <= {"empty_after_lines"}
-    lost = len(ref_removed_lines(list(frame["id"]), _texts(frame), min_copies))
+    lost = ref_removed_lines(list(frame["id"]), _texts(frame), min_copies, min_words)
+    listed = pd.read_parquet(out / "_report" / "removed_lines.parquet")
+    assert set(zip(listed["id"], listed["line"])) == lost and len(listed) == len(lost)
     lines = manifest["lines"]
-    assert lines["lines_removed"] == lost and lines["documents_dropped"] == len(removed)
+    assert lines["lines_removed"] == len(lost) and lines["documents_dropped"] == len(removed)
     assert manifest["output_rows"] == len(kept)
+    before = sum(len(t) for t in _texts(frame) if t is not None)
+    after = sum(len(want[i]) for i in kept if want[i] is not None)
+    assert lines["surviving_characters"] == before and lines["characters_removed"] == before - after
     where: dict[str, list] = {}  # the most repeated lines: by count, then first occurrence, never by position
     for i, t in zip(frame["id"], _texts(frame)):
         for j, line in enumerate(t.split("\n") if t is not None else []):
             if _key(line):
                 where.setdefault(_key(line), []).append((i, j, line))
-    top = sorted((-len(w), *min(w)) for w in where.values() if len(w) >= min_copies)[:20]
+    top = sorted((-len(w), *min(w)) for k, w in where.items()
+                 if len(w) >= min_copies and len(k.split(" ")) >= min_words)[:20]
     assert [(t["count"], t["document"], t["line"], t["text"]) for t in lines["top_lines"]] == \
         [(-c, i, j, line) for c, i, j, line in top]
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(texts_strategy, st.integers(1, 4), st.integers(2, 3), st.randoms(use_true_random=False))
+@given(texts_strategy, st.integers(1, 4), st.integers(2, 3), st.integers(1, 2), st.randoms(use_true_random=False))
 def test_a_run_removes_the_lines_the_reference_removes(client, tmp_path_factory: pytest.TempPathFactory,
                                                        texts: list[str | None], shards: int, min_copies: int,
-                                                       rnd: random.Random) -> None:
+                                                       min_words: int, rnd: random.Random) -> None:
     """`run(lines=True)` on the real cluster, at 1 to 4 shards read a few rows a partition, ids in
-    shuffled order: the texts, drops and counts of the reference, whatever the partitioning."""
+    shuffled order: the texts, drops, listed lines and counts of the reference, whatever the
+    partitioning."""
     ids = [f"doc-{i:03d}" for i in range(len(texts))]
     rnd.shuffle(ids)
     frame = pd.DataFrame({"id": ids, "text": pd.Series(texts, dtype=pd.ArrowDtype(pa.string()))})
     tmp = tmp_path_factory.mktemp("lines")
     src = write_shards(frame, tmp / "in", min(shards, len(frame)))
-    manifest = run(str(src), str(tmp / "out"), near=False, lines=True, min_copies=min_copies, partition_rows=3)
+    manifest = run(str(src), str(tmp / "out"), near=False, lines=True, min_copies=min_copies, min_line_words=min_words,
+                   partition_rows=3, **NO_GUARD)
     order = pd.concat([pd.read_parquet(p) for p in sorted(src.glob("*.parquet"))], ignore_index=True)
-    _check(tmp / "out", order, ref_lines(list(order["id"]), _texts(order), min_copies), manifest, min_copies)
+    want = ref_lines(list(order["id"]), _texts(order), min_copies, min_words)
+    _check(tmp / "out", order, want, manifest, min_copies, min_words)
 
 
 def test_a_line_in_every_document_stays_only_in_the_first(client, tmp_path: Path) -> None:
     """One banner line in each of 3,000 documents over 12 partitions: only the document with the
-    smallest id keeps it; the manifest names it as the most repeated line, with its count."""
+    smallest id keeps it; the manifest names it as the most repeated line, with its count; the page
+    shows the characters removed beside the rows and the what-if table of the manifest."""
     n = 3000
     ids = [f"p{i:05d}" for i in range(n)]
     frame = pd.DataFrame({"id": ids[::-1], "text": [f"We use cookies. Accept?\nbody of page {i}\nunique {i} words"
@@ -122,6 +190,8 @@ def test_a_line_in_every_document_stays_only_in_the_first(client, tmp_path: Path
     assert top == {"count": n, "text": "We use cookies. Accept?", "characters": 23, "document": "p00000", "line": 0}
     assert m["lines"]["repeated_keys"] == 1 and m["lines"]["documents_changed"] == n - 1
     assert sum(m["lines"]["share_histogram"]) == n - 1
+    what = {(w["min_copies"], w["min_line_words"]): w["share"] for w in m["lines"]["what_if"]}
+    assert what[(2, 1)] >= m["lines"]["characters_removed_share"] > 0 and what[(100, 5)] == 0
     from selenium.webdriver.common.by import By
 
     d = chromium()
@@ -130,80 +200,167 @@ def test_a_line_in_every_document_stays_only_in_the_first(client, tmp_path: Path
         top = [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in d.find_elements(By.CSS_SELECTOR, "#top-lines tr")]
         shares = [int(r.find_elements(By.TAG_NAME, "td")[1].text.replace(",", ""))
                   for r in d.find_elements(By.CSS_SELECTOR, "#line-shares tr") if r.find_elements(By.TAG_NAME, "td")]
-        counts = {e.get_attribute("data-key"): e.text for e in d.find_elements(By.CSS_SELECTOR, "#counts td[data-key]")}
+        counts = {e.get_attribute("data-key"): (e.text, e.find_element(By.XPATH, "following-sibling::td").text)
+                  for e in d.find_elements(By.CSS_SELECTOR, "#counts td[data-key]")}
+        grid = [[c.text for c in r.find_elements(By.CSS_SELECTOR, "th, td")]
+                for r in d.find_elements(By.CSS_SELECTOR, "#line-what-if tr")]
         run_rows = {r.find_element(By.TAG_NAME, "th").text: r.find_element(By.TAG_NAME, "td").text
                     for r in d.find_elements(By.CSS_SELECTOR, "#run tr")}
     finally:
         d.quit()
-    assert top == [[], [f"{n:,}", "We use cookies. Accept?", "p00000", "0"]]
-    assert shares == m["lines"]["share_histogram"] and counts["left without a word by line dedup, dropped"] == "0"
-    assert run_rows["line dedup"].startswith("yes: a line repeated 2 times or more")
+    assert top[1] == [f"{n:,}", "We use cookies. Accept?", "p00000", "0"]
+    assert shares == m["lines"]["share_histogram"] and counts["left without a word by line dedup, dropped"][0] == "0"
+    chars = counts["characters removed by line dedup (of the survivors')"]
+    assert chars == (f"{m['lines']['characters_removed']:,}", f"{100 * m['lines']['characters_removed_share']:.1f}%")
+    assert counts["output rows"] == (f"{n:,}", "100.0%")
+    assert grid[0] == ["--min-copies", "1 word", "3 words", "5 words"]
+    assert [row[0] for row in grid[1:]] == ["2", "3", "10", "100"]
+    assert grid[1][1] == f"{100 * what[(2, 1)]:.1f}%"
+    assert run_rows["line dedup"].startswith("yes, on the survivors: a line of 1 words or more")
 
 
 def test_the_contracts_worked_example(tmp_path: Path) -> None:
-    """docs/contract.md §6b's table, run as written (the local scheduler)."""
-    texts = {"a": "Home | About\nStory one\n© 2024 ACME", "b": "home about\nStory two\n(c) 2024 acme",
-             "c": "HOME - ABOUT!\n---"}
+    """docs/contract.md §6b's table and list of removed lines, run as written (the local scheduler)."""
+    texts = {"a": "Home | About\n\nStory one is here\nNAME\n\n© 2024 ACME",
+             "b": "home about\n\nStory two\nNAME\n\n© 2024 ACME\n",
+             "c": "HOME - ABOUT!\n\n---",
+             "d": "home about\n\n\n© 2024 ACME\n(c) 2024 acme"}
     write_shards(pd.DataFrame({"id": list(texts), "text": list(texts.values())}), tmp_path / "in", 1)
-    m = run(str(tmp_path / "in"), str(tmp_path / "out"), near=False, lines=True)
+    m = run(str(tmp_path / "in"), str(tmp_path / "out"), near=False, lines=True, min_line_words=2)
     got = pd.read_parquet(tmp_path / "out")
-    assert dict(zip(got["id"], got["text"])) == {"a": texts["a"], "b": "Story two\n(c) 2024 acme"}
+    assert dict(zip(got["id"], got["text"])) == {"a": texts["a"], "b": "\nStory two\nNAME\n",
+                                                 "d": "(c) 2024 acme"}
     removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
     assert removed[["id", "reason"]].values.tolist() == [["c", "empty_after_lines"]]
-    assert m["lines"]["top_lines"] == [{"count": 3, "text": "Home | About", "characters": 12, "document": "a", "line": 0}]
+    listed = pd.read_parquet(tmp_path / "out" / "_report" / "removed_lines.parquet")
+    assert listed[["id", "line"]].values.tolist() == [["b", 0], ["b", 5], ["b", 6], ["c", 0], ["c", 1], ["c", 2],
+                                                      ["d", 0], ["d", 1], ["d", 2], ["d", 3]]
+    first = {(i, j): (f, fl) for i, j, f, fl in listed[["id", "line", "first_id", "first_line"]].itertuples(index=False)}
+    assert first[("b", 0)] == ("a", 0) and first[("b", 5)] == first[("d", 3)] == ("a", 5)
+    assert pd.isna(first[("b", 6)][0]) and pd.isna(first[("b", 6)][1])
+    assert (m["lines"]["characters_removed"], m["lines"]["surviving_characters"]) == (67, 145)
+    assert m["lines"]["top_lines"][0] == {"count": 4, "text": "Home | About", "characters": 12, "document": "a",
+                                          "line": 0}
 
 
 def test_a_long_repeated_line_is_kept_in_the_manifest_as_its_start_and_length(tmp_path: Path) -> None:
     banner = " ".join(f"b{i}" for i in range(30_000))  # a line of about 200,000 characters on every page
     texts = [f"{banner}\npage {i} own words here" for i in range(3)]
     write_shards(pd.DataFrame({"id": ["a", "b", "c"], "text": texts}), tmp_path / "in", 1)
-    m = run(str(tmp_path / "in"), str(tmp_path / "out"), near=False, lines=True)
+    m = run(str(tmp_path / "in"), str(tmp_path / "out"), near=False, lines=True, **NO_GUARD)
     (top,) = m["lines"]["top_lines"]
     assert top["count"] == 3 and top["characters"] == len(banner)
     assert top["text"] == f"{banner[:80]}… ({len(banner):,} characters)"
     assert len((tmp_path / "out" / "_dedup.json").read_text()) < 20_000
+    listed = pd.read_parquet(tmp_path / "out" / "_report" / "removed_lines.parquet")
+    assert listed["text"].tolist() == [banner[:part_lines.REMOVED_LINE_CHARS] + "…"] * 2
 
 
-def test_run_lines_decontaminates_first_and_finds_near_duplicates_in_the_new_texts(client, tmp_path: Path) -> None:
-    """`run --lines`: a contaminated document's lines do not count (its copy of a line is not a first
-    occurrence); a document whose new text joins the halves of a protected 13-gram (the line between
-    them went) is dropped as contaminated; near duplicates are found among the rewritten texts, as
-    the reference clusters the reference's new texts."""
+def _holds_ngram(text: str, grams: set[tuple[str, ...]], n: int = 13) -> bool:
+    words = re.findall(r"\w+", text.lower())
+    return any(tuple(words[i:i + n]) in grams for i in range(len(words) - n + 1))
+
+
+@pytest.mark.parametrize("drop", [True, False], ids=["drop", "keep-duplicates"])
+def test_run_lines_runs_on_the_survivors_of_near_dedup(client, tmp_path: Path, drop: bool) -> None:
+    """`run --lines`: decontamination and near dedup on the texts as read (the same clusters as a run
+    without lines), then lines on the survivors only (a dropped copy's lines do not count), then the
+    new texts checked for protected 13-grams (the line between two halves went): each as the
+    reference computes it; no index is written."""
     rng = random.Random(3)
     vocab = [f"w{i}" for i in range(3000)]
-    body = [" ".join(rng.choice(vocab) for _ in range(60)) for _ in range(40)]
-    shared = "this header line is everywhere in the crawl"
+    bodies = [" ".join(rng.choice(vocab) for _ in range(60)) for _ in range(40)]
+    nav, foot = "Home | Products | About us | Contact", "Copyright 2024 Example Corp all rights reserved"
     secret = "the quick brown fox jumps over the lazy dog while the eval record says hello to everyone here"
     halves = secret.split(" ")
-    texts = [f"{secret}\nlonely line only here and in b", f"lonely line only here and in b\n{body[0]}\nzzz boiler",
-             " ".join(halves[:6]) + "\nzzz boiler\n" + " ".join(halves[6:13]) + " and more"]
-    texts += [f"{shared}\n{b}" for b in body]
-    texts += [f"{shared}\n{b} tail" for b in body[:10]]  # near copies once the header is gone
+    texts = [f"{nav}\n{b}\n\n{foot}" for b in bodies]
+    texts += [f"{nav}\n{b}\n\n{foot}\nonly in a copy" for b in bodies[:10]]  # near copies
+    texts += [f"{secret}\n{nav}", " ".join(halves[:6]) + f"\n{nav}\n" + " ".join(halves[6:13]) + " and more",
+              "only in a copy\nand a line of its own"]
     ids = [f"d{i:03d}" for i in range(len(texts))]
     (tmp_path / "eval.txt").write_text(secret)
     src = write_shards(pd.DataFrame({"id": ids, "text": texts}), tmp_path / "in", 3)
-    m = run(str(src), str(tmp_path / "out"), protected=[tmp_path / "eval.txt"], lines=True, drop=False,
-            partition_rows=20)
-    counted = [(i, t) for i, t in zip(ids, texts) if i != "d000"]  # decontamination of the texts as read
-    want = ref_lines([i for i, _ in counted], [t for _, t in counted])
-    assert want["d001"].startswith("lonely line")  # d000's copy, contaminated, did not count
-    assert want["d002"].split("\n") == [" ".join(halves[:6]), " ".join(halves[6:13]) + " and more"]
-    removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
-    assert set(removed["id"][removed["reason"] == "contaminated"]) == {"d000", "d002"}
-    assert m["contaminated_dropped"] == 2
-    kept = [i for i, _ in counted if i != "d002"]
+    options = {"protected": [tmp_path / "eval.txt"], "drop": drop, "partition_rows": 20}
+    m = run(str(src), str(tmp_path / "out"), lines=True, **options)
+    plain = run(str(src), str(tmp_path / "plain"), **options)
+    words = re.findall(r"\w+", secret.lower())
+    grams = {tuple(words[i:i + 13]) for i in range(len(words) - 12)}
+    clean = [i for i, t in zip(ids, texts) if not _holds_ngram(t, grams)]
+    text_of = dict(zip(ids, texts))
+    clusters = ref_clusters(clean, [text_of[i] for i in clean], mode="connected", threshold=0.8, confirm="estimate")
+    survivors = [i for i in clean if not drop or clusters[i][0] == i]
+    want = ref_lines(survivors, [text_of[i] for i in survivors])
+    # with drop, the copies went, and their line with them: it is not repeated
+    assert ("only in a copy" in want["d052"]) == drop
+    after_lines = {i for i in survivors if want[i] is not DROPPED and _holds_ngram(want[i], grams)}
+    assert after_lines == {"d051"}
     got = pd.read_parquet(tmp_path / "out")
+    kept = [i for i in survivors if want[i] is not DROPPED and i not in after_lines]
     assert dict(zip(got["id"], got["text"])) == {i: want[i] for i in kept}
-    clusters = ref_clusters(kept, [want[i] for i in kept], mode="connected", threshold=0.8, confirm="estimate")
-    assert dict(zip(got["id"], got["minhash_cluster"])) == {i: r for i, (r, _) in clusters.items()}
-    assert m["near_duplicates_found"] == sum(i != r for i, (r, _) in clusters.items()) >= 5
+    assert dict(zip(got["id"], got["minhash_cluster"])) == {i: clusters[i][0] for i in kept}
+    same = pd.read_parquet(tmp_path / "plain")
+    assert dict(zip(got["id"], got["minhash_cluster"])) == \
+        {i: r for i, r in zip(same["id"], same["minhash_cluster"]) if i in set(kept)}
+    assert m["near_duplicates_found"] == plain["near_duplicates_found"] >= 10
+    removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
+    reasons = dict(zip(removed["id"], removed["reason"]))
+    assert reasons["d050"] == "contaminated" and reasons["d051"] == "contaminated_after_lines"
+    copies = {i for i in clean if clusters[i][0] != i}  # listed, whether dropped or (keeping duplicates) kept
+    assert {i for i, r in reasons.items() if r == "near_duplicate"} == {i for i in copies if drop or want[i] is not DROPPED}
+    assert {i for i, r in reasons.items() if r == "empty_after_lines"} == {i for i in survivors if want[i] is DROPPED}
+    listed = pd.read_parquet(tmp_path / "out" / "_report" / "removed_lines.parquet")
+    assert set(zip(listed["id"], listed["line"])) == ref_removed_lines(survivors, [text_of[i] for i in survivors])
+    assert m["lines"]["documents_contaminated"] == 1 and m["output_rows"] == len(kept)
+    assert m["index"] is None and not (tmp_path / "out" / "_index").exists()
+
+
+def test_every_text_type_is_rewritten_in_its_own_type(tmp_path: Path) -> None:
+    """Dictionary-encoded and string_view texts come out of line dedup in their own type; an input that
+    already has `minhash_cluster` (an earlier near-dedup output) keeps it as it is; columns named like
+    the job's internal ones (`_original_text`, `_after_lines`) are the user's own."""
+    texts = ["nav bar here\nstory one", "nav bar here\nstory two", "nav bar here", "story three\nnav bar here"]
+    for kind, text_type in (("dictionary", pa.dictionary(pa.int32(), pa.string())), ("view", pa.string_view())):
+        table = pa.table({"_original_text": pa.array(["a", "b", "c", "d"]),
+                          "_after_lines": pa.array(texts).cast(text_type),
+                          "minhash_cluster": pa.array(["a", "a", "c", "d"])})
+        (tmp_path / kind).mkdir()
+        pq.write_table(table, tmp_path / kind / "part.parquet")
+        m = run(str(tmp_path / kind), str(tmp_path / f"{kind}-out"), near=False, lines=True, id_column="_original_text",
+                text_column="_after_lines", **NO_GUARD)
+        out = pq.read_table(tmp_path / f"{kind}-out" / "part.parquet")
+        assert out.schema.field("_after_lines").type == text_type
+        assert out["_after_lines"].cast(pa.string()).to_pylist() == ["nav bar here\nstory one", "story two", "story three"]
+        assert out["_original_text"].to_pylist() == ["a", "b", "d"] and out["minhash_cluster"].to_pylist() == ["a", "a", "d"]
+        assert m["lines"]["documents_dropped"] == 1
+    refused = run_command([*DEDUP, "near", str(tmp_path / "view"), str(tmp_path / "near-out")])
+    assert refused.returncode == 2 and "minhash_cluster" in refused.stderr
+
+
+def test_the_guard_stops_a_run_that_would_remove_most_of_the_text(tmp_path: Path) -> None:
+    """`dedup lines` removing more than --max-lines-removed of the characters: exit 3, one line naming
+    the share and the most repeated line, OUTPUT as it was; --dry-run writes the page and warns;
+    --min-line-words spares the short line, and the run goes through."""
+    texts = [f"this long navigation line is on every page of the site\n{i}" for i in range(20)]
+    src = write_shards(pd.DataFrame({"id": [f"x{i:02d}" for i in range(20)], "text": texts}), tmp_path / "in", 1)
+    stopped = run_command([*DEDUP, "lines", str(src), str(tmp_path / "out"), "--threads", "1"])
+    assert stopped.returncode == 3, stopped.stderr
+    (line,) = [x for x in stopped.stderr.splitlines() if "dedup: stopped" in x]
+    assert "would remove 92.5%" in line and "this long navigation line" in line and "--min-line-words" in line
+    assert not (tmp_path / "out").exists()
+    dry = run_command([*DEDUP, "lines", str(src), str(tmp_path / "dry"), "--threads", "1", "--dry-run"])
+    assert dry.returncode == 0, dry.stderr
+    m = json.loads((tmp_path / "dry" / "_dedup.json").read_text())
+    assert any("--max-lines-removed" in w for w in m["warnings"]) and (tmp_path / "dry" / m["report"]).exists()
+    spared = run_command([*DEDUP, "lines", str(src), str(tmp_path / "ok"), "--threads", "1", "--min-line-words", "12"])
+    assert spared.returncode == 0, spared.stderr
+    assert pd.read_parquet(tmp_path / "ok")["text"].tolist() == texts
 
 
 def test_dedup_lines_keeps_every_column_type_and_the_row_order(tmp_path: Path) -> None:
     """`dedup lines` in a subprocess: the other columns (timestamps, nested lists and structs, nulls)
     and the row order as read; only the texts change; a document left without a word is dropped; the
     same bytes on one thread as on two workers;
-    --against is refused in one line, before any work; --min-copies is checked."""
+    --against is refused in one line, before any work; --min-copies and --min-line-words are checked."""
     n = 40
     table = pa.table({
         "id": pa.array([f"r{i:02d}" for i in range(n)]),
@@ -216,7 +373,8 @@ def test_dedup_lines_keeps_every_column_type_and_the_row_order(tmp_path: Path) -
     })
     (tmp_path / "in").mkdir()
     pq.write_table(table, tmp_path / "in" / "part.parquet")
-    got = run_command([*DEDUP, "lines", str(tmp_path / "in"), str(tmp_path / "out"), "--n-workers", "2"])
+    got = run_command([*DEDUP, "lines", str(tmp_path / "in"), str(tmp_path / "out"), "--n-workers", "2",
+                       "--max-lines-removed", "1"])
     assert got.returncode == 0, got.stderr
     assert "repeated lines removed" in got.stdout
     out = pq.read_table(tmp_path / "out" / "part.parquet")
@@ -228,15 +386,17 @@ def test_dedup_lines_keeps_every_column_type_and_the_row_order(tmp_path: Path) -
     assert out["text"][1].as_py() == "story 1" and out["text"][0].as_py() == "menu home\nfooter c"
     manifest = json.loads((tmp_path / "out" / "_dedup.json").read_text())
     assert manifest["lines"]["documents_dropped"] == n - len(keep) > 0
-    threads = run_command([*DEDUP, "lines", str(tmp_path / "in"), str(tmp_path / "one"), "--threads", "1"])
+    threads = run_command([*DEDUP, "lines", str(tmp_path / "in"), str(tmp_path / "one"), "--threads", "1",
+                           "--max-lines-removed", "1"])
     assert threads.returncode == 0, threads.stderr
     assert parquet_digests(tmp_path / "one") == parquet_digests(tmp_path / "out")  # whatever the workers
     refused = run_command([*DEDUP, "run", str(tmp_path / "in"), str(tmp_path / "o2"), "--lines", "--against",
                            str(tmp_path / "out")])
     assert refused.returncode == 2 and "--against with line dedup" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "o2").exists()
-    bad = run_command([*DEDUP, "lines", str(tmp_path / "in"), str(tmp_path / "o3"), "--min-copies", "1"])
-    assert bad.returncode == 2 and "--min-copies" in bad.stderr
+    for flag, value in (("--min-copies", "1"), ("--min-line-words", "0"), ("--max-lines-removed", "2")):
+        bad = run_command([*DEDUP, "lines", str(tmp_path / "in"), str(tmp_path / "o3"), flag, value])
+        assert bad.returncode == 2 and flag in bad.stderr and not (tmp_path / "o3").exists()
 
 
 def test_the_python_api_checks_min_copies(tmp_path: Path) -> None:
@@ -247,8 +407,8 @@ def test_the_python_api_checks_min_copies(tmp_path: Path) -> None:
 
 def test_run_lines_killed_after_its_lines_resumes_to_the_same_bytes(tmp_path: Path) -> None:
     """`dedup run --lines` killed once the lines stage has ended, then run again: it reuses the repeated
-    lines it kept (the features and the write rewrite the texts from them) and writes the same bytes
-    as a run never interrupted."""
+    lines and changes it kept (the write rewrites the texts from them) and writes the same bytes as a
+    run never interrupted, removed lines listed included."""
     rng = random.Random(5)
     vocab = [f"w{i}" for i in range(500)]
     bodies = [" ".join(rng.choice(vocab) for _ in range(40)) for _ in range(300)]
@@ -260,10 +420,12 @@ def test_run_lines_killed_after_its_lines_resumes_to_the_same_bytes(tmp_path: Pa
     kill_after(cmd, "lines:")
     again = run_command(cmd)
     assert again.returncode == 0, again.stderr
-    assert "resuming: reusing lines" in again.stderr
+    assert re.search(r"resuming: reusing [a-z, ]*\blines\b", again.stderr)
     whole = run_command([*cmd[:5], str(tmp_path / "whole"), *cmd[6:]])
     assert whole.returncode == 0, whole.stderr
     assert parquet_digests(tmp_path / "out") == parquet_digests(tmp_path / "whole")
+    assert parquet_digests(tmp_path / "out" / "_report" / "removed_lines.parquet") == \
+        parquet_digests(tmp_path / "whole" / "_report" / "removed_lines.parquet")
     m = json.loads((tmp_path / "out" / "_dedup.json").read_text())
     assert m["lines"]["lines_removed"] > 0 and m["near_duplicates_found"] >= 30
 

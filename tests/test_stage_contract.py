@@ -53,8 +53,9 @@ def test_the_stage_list_walks_under_every_combination_of_options(combo: tuple[bo
     given = {} if on["files"] else {"source": "the caller"}
     names = [s.name for s in walk(STAGES, _settings(**on), given)]
     near = ["buckets", "confirm", "components", *(["survivors"] if on["details"] or on["centred"] else []), "roots"]
-    want = [*(["read"] if on["files"] else []), *(["lines"] if on["lines"] else []), "features",
+    want = [*(["read"] if on["files"] else []), "features",
             *(["contamination"] if on["protected"] else []), *(near if on["near"] else []),
+            *(["lines"] if on["lines"] else []),
             *(["shown"] if on["files"] and on["details"] else []), *(["write"] if on["files"] else []),
             *(["report"] if on["files"] and on["details"] else [])]
     assert names == want
@@ -181,25 +182,31 @@ def _computed(frame: Any) -> pd.DataFrame:
 
 
 def test_the_lines_stage_alone_removes_the_lines_of_the_contract(whole: Job, documents: pd.DataFrame) -> None:
+    """On the survivors only (§6b): neither a contaminated document's lines nor a dropped near
+    duplicate's count."""
     job = _alone(whole, "lines")
     feat = _computed(whole.given["feat"])
-    contaminated = set(feat.loc[feat["source"] >= 0, "_id"])  # removed before their lines count (§6b)
-    clean = documents[~documents["id"].isin(contaminated)]
-    want = ref_removed_lines(clean["id"].tolist(), clean["text"].tolist())
+    contaminated = set(feat.loc[feat["source"] >= 0, "_id"])
+    roots = _computed(whole.given["roots"])
+    dropped = {i for i, r in zip(roots["_id"], roots["root"]) if i != r}
+    assert contaminated and dropped
+    survivors = documents[~documents["id"].isin(contaminated | dropped)]
+    want = ref_removed_lines(survivors["id"].tolist(), survivors["text"].tolist())
     assert job.given["line_counts"]["lines_removed"] == len(want) > 0
     assert job.given["line_counts"]["documents_changed"] == len({i for i, _ in want})
+    changes = _computed(job.given["line_changes"])
+    assert sorted(_by_key(feat)[d] for d in changes["doc"]) == sorted({i for i, _ in want})
 
 
 def test_the_features_stage_alone_gives_each_documents_features(whole: Job, documents: pd.DataFrame) -> None:
     job = _alone(whole, "features")
-    texts = _computed(job.given["documents"])
+    texts = _computed(whole.given["source"])
     feat = _computed(job.given["feat"])
     one = document_features(texts.reset_index(drop=True), "id", "text", PARAMS, whole.settings.protected,
                             partition_info={"number": 0})
     assert feat["_id"].tolist() == documents["id"].tolist() == one["_id"].tolist()
     assert (np.stack(feat[SIG].to_list()) == np.stack(one[SIG].to_list())).all()
     assert (feat["source"].to_numpy() >= 0).tolist() == (one["source"].to_numpy() >= 0).tolist()
-    assert texts["text"].str.contains(LINES[0], regex=False).sum() == 1  # the first occurrence only
 
 
 def test_the_contamination_stage_alone_counts_the_documents_the_features_mark(whole: Job) -> None:
@@ -217,7 +224,7 @@ def _pairs(frame: pd.DataFrame, keys: dict[int, str], *columns: str) -> set[tupl
 @pytest.fixture(scope="module")
 def by_hand(whole: Job) -> dict[str, Any]:
     """The near-dedup stages by the per-partition functions, the whole corpus as one partition."""
-    texts = _computed(whole.given["documents"]).reset_index(drop=True)
+    texts = _computed(whole.given["source"]).reset_index(drop=True)
     feat = document_features(texts, "id", "text", PARAMS, whole.settings.protected, partition_info={"number": 0})
     edges = bucket_edges(long_form(feat, PARAMS), PARAMS.max_bucket)
     scored = score_at_right(pairs_with_left(confirm_routes(edges), feat, texts, "text", PARAMS), feat, texts, "text",

@@ -25,11 +25,14 @@ class Lines:
     """The lines of a batch of texts: doc [n_lines] (the text's position in the batch), line [n_lines]
     (its position in the text), and for the lines with at least one word (`keyed`) the two hashes of
     their key, h1 (xorshift-multiply) and h2 (FNV-1a), as in the texts' own keys. `counts` [n_texts]:
-    lines a text has (0 for a null)."""
+    lines a text has (0 for a null). `words` [n_lines]: each line's words; `chars` [n_lines]: its
+    characters."""
 
     doc: NDArray[np.int64]
     line: NDArray[np.int32]
     keyed: NDArray[np.bool_]
+    words: NDArray[np.int64]
+    chars: NDArray[np.int64]
     h1: NDArray[np.uint64]
     h2: NDArray[np.uint64]
     counts: NDArray[np.int64]
@@ -64,14 +67,45 @@ def split_lines(texts: pa.Array | pa.ChunkedArray) -> Lines:
     last = batch.word_offsets[1:][keyed] - 1
     h1, h2 = _kernels.text_keys(batch.buf, np.ascontiguousarray(batch.word_start[first], np.int64),
                                 np.ascontiguousarray(batch.word_ends(last), np.int64))
-    return Lines(doc=doc, line=line, keyed=keyed, h1=np.asarray(h1, np.uint64), h2=np.asarray(h2, np.uint64),
-                 counts=counts)
+    chars = np.asarray(pc.utf8_length(flat).to_numpy(zero_copy_only=False), np.int64) if len(flat) else \
+        np.zeros(0, np.int64)
+    return Lines(doc=doc, line=line, keyed=keyed, words=np.asarray(batch.num_words, np.int64), chars=chars,
+                 h1=np.asarray(h1, np.uint64), h2=np.asarray(h2, np.uint64), counts=counts)
+
+
+def with_blank_neighbours(lines: Lines, removed: NDArray[np.bool_]) -> NDArray[np.bool_]:
+    """`removed` (per line of `lines`) and, in each text that lost a line, every line without words
+    whose closest line with words above it and closest below it are both removed or absent: the
+    blank lines that stood between removed lines, or before or after them at a text's ends, go with
+    them (docs/contract.md, section 6b), so no run of blank lines is left where boilerplate was."""
+    out = removed.copy()
+    n = len(removed)
+    if not n or not removed.any():
+        return out
+    doc, keyed = lines.doc, lines.keyed
+    lost = np.zeros(len(lines.counts), bool)
+    lost[doc[removed]] = True
+    idx = np.arange(n)
+    # the closest line with words above each line (in its text), -1 when none: a running maximum of
+    # keyed positions, cut at each text's start
+    starts = np.concatenate([[0], np.cumsum(lines.counts)[:-1]]).astype(np.int64)
+    first = starts[doc]
+    above = np.maximum.accumulate(np.where(keyed, idx, -1))
+    above = np.where(above >= first, above, -1)
+    ends = first + lines.counts[doc]
+    below = np.minimum.accumulate(np.where(keyed, idx, n)[::-1])[::-1]
+    below = np.where(below < ends, below, -1)
+    gone_above = (above < 0) | removed[np.maximum(above, 0)]
+    gone_below = (below < 0) | removed[np.maximum(below, 0)]
+    out |= ~keyed & lost[doc] & gone_above & gone_below
+    return out
 
 
 def without_lines(texts: pa.Array | pa.ChunkedArray, doc: NDArray[np.int64], line: NDArray[np.int64]) -> pa.Array:
     """`texts` with line `line[i]` of text `doc[i]` removed for every i, the other lines joined by
-    "\\n" as they were; a null stays null. Of the input's Arrow type (string or large_string)."""
-    source = texts.type.value_type if pa.types.is_dictionary(texts.type) else texts.type
+    "\\n" as they were; a null stays null. Of the input's Arrow type (string, large_string, string_view
+    or dictionary: a kept text is the same value, a column keeps its schema)."""
+    source = texts.type
     large = _as_large(texts)
     if not len(doc):
         return large.cast(source)
@@ -84,3 +118,9 @@ def without_lines(texts: pa.Array | pa.ChunkedArray, doc: NDArray[np.int64], lin
     lists = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), flat.filter(pa.array(keep)),
                                           mask=large.is_null())
     return pc.binary_join(lists, pa.scalar(LINE_BREAK, pa.large_string())).cast(source)
+
+
+def line_texts(texts: pa.Array | pa.ChunkedArray, lines: Lines, where: NDArray[np.int64]) -> pa.Array:
+    """The text of the lines at positions `where` of `lines` (the lines of `texts`, `split_lines`)."""
+    flat, _ = _split(_as_large(texts))
+    return flat.take(pa.array(np.asarray(where, np.int64)))

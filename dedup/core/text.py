@@ -234,11 +234,13 @@ def encode_batch(texts: Iterable[str | None]) -> TextBatch:
 
 def string_array(array: pa.Array | pa.ChunkedArray, caller: str) -> pa.Array:
     """One Arrow string (or large_string) array of `array`'s values: chunks combined, a dictionary
-    decoded; anything but strings is a TypeError naming `caller`."""
+    decoded, a string_view made a large_string; anything but strings is a TypeError naming `caller`."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
     if pa.types.is_dictionary(array.type):
         array = array.cast(array.type.value_type)
+    if pa.types.is_string_view(array.type):
+        array = array.cast(pa.large_string())
     if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
         raise TypeError(f"{caller} takes a string array, not {array.type}")
     return array

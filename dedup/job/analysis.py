@@ -1,7 +1,7 @@
 """The job's stages in the order they run: the pipeline is this list.
 
-    read -> [lines] -> features (and unique ids) -> [contamination] -> buckets -> confirm -> components
-         -> [survivors] -> roots -> [shown] -> write -> [report]
+    read -> features (and unique ids) -> [contamination] -> buckets -> confirm -> components
+         -> [survivors] -> roots -> [lines] -> [shown] -> write -> [report]
 
 Each is a `dedup.job.stage.Step` in the module of its name, declaring the results it reads and
 gives; `dedup.job.stage.run_stages` runs those a job wants and holds each to its declaration.
@@ -27,8 +27,8 @@ from dedup.job.roots import Roots
 from dedup.job.stage import Step
 from dedup.job.survivors import Survivors
 
-STAGES: tuple[Step, ...] = (Read(), Lines(), Features(), Contamination(), Buckets(), Confirm(), Components(),
-                            Survivors(), Roots(), Shown(), Write(), Page())
+STAGES: tuple[Step, ...] = (Read(), Features(), Contamination(), Buckets(), Confirm(), Components(), Survivors(),
+                            Roots(), Lines(), Shown(), Write(), Page())
 """The stages, in order; each runs when its `wanted` says the job needs it."""
 
 ORDER = (*(s.name for s in STAGES if s.kept), WRITE)

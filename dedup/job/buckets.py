@@ -130,7 +130,7 @@ class Buckets(Step):
     features and texts the next stages read after this input's (`feat_all`, `texts`)."""
 
     name = "buckets"
-    reads = ("feat", "documents")
+    reads = ("feat", "source")
     gives = ("layout", "edges", "edge_rows", "idx_feat", "feat_all", "texts")
     values = ("edge_rows",)
     frames = ("edges", "idx_feat")
@@ -161,7 +161,7 @@ class Buckets(Step):
         return summary
 
     def after(self, job: View) -> None:
-        feat, ddf, text_column = job.feat, job.documents, job.settings.text_column
+        feat, ddf, text_column = job.feat, job.source, job.settings.text_column
         if job.idx_feat is None:
             job.feat_all, job.texts = feat, ddf
             return

@@ -88,7 +88,7 @@ class Contamination(Step):
     input stops here."""
 
     name = "contamination"
-    reads = ("documents", "feat")
+    reads = ("source", "feat")
     gives = ("examples",)
     tables = ("examples",)
 
@@ -98,7 +98,7 @@ class Contamination(Step):
     def run(self, job: View) -> str:
         s, report = job.settings, job.report
         assert s.protected is not None
-        got = contamination(job.documents, job.feat, s.protected, s.text_column, report.contaminated,
+        got = contamination(job.source, job.feat, s.protected, s.text_column, report.contaminated,
                             examples=s.details)
         job.examples = got.examples
         report.contaminated_by_file = got.by_file

@@ -55,6 +55,9 @@ class Report:
     chance of making a pair at each a candidate; empty when not computed."""
     emptied_by_lines: int = 0
     """Documents line dedup left without a word (dropped, `empty_after_lines`)."""
+    contaminated_after_lines: int = 0
+    """Documents whose new text, after line dedup, holds a protected n-gram (dropped,
+    `contaminated_after_lines`)."""
     lines: dict[str, Any] = field(default_factory=dict)
     """With line dedup: lines and characters removed, documents changed and left without a word, and
     the histogram of the share of a changed document's characters removed (`dedup.job.lines`)."""

@@ -15,21 +15,18 @@ from dedup.job.checkpoints import Through, as_is, read_part
 from dedup.job.compute import compute, shared
 from dedup.job.graphs import persist
 from dedup.job.ids import check_unique_ids, conflict_counts, existing_ids, id_conflicts
-from dedup.job.lines import rewritten
-from dedup.job.stage import Settings, Step, View
-from dedup.partition.features import EMPTIED, KEEP, SIG, document_features, features_meta
+from dedup.job.stage import Step, View
+from dedup.partition.features import KEEP, SIG, document_features, features_meta
 from dedup.storage import io
 
 
 @dataclass(frozen=True)
 class FeatureCounts:
-    """What the features stage counted: rows read, contaminated documents, null ids, documents line
-    dedup left without a word."""
+    """What the features stage counted: rows read, contaminated documents, null ids."""
 
     rows: int
     contaminated: int
     null_ids: int
-    emptied: int = 0
 
 
 def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
@@ -44,7 +41,7 @@ def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Par
                               meta=features_meta(params.num_perm, ddf._meta[id_column].dtype, keep))
     feat = persist(through("feat", feat)) if features_dir is None else _materialise(feat, features_dir)
     counts = without_signatures(feat).map_partitions(
-        _feature_counts, meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64", "emptied": "int64"})
+        _feature_counts, meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
     return feat, counts
 
 
@@ -87,12 +84,12 @@ def _file_read(feat: dd.DataFrame) -> Any:
 
 def _feature_counts(f: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
-                         "null_ids": [int(f["_id"].isna().sum())], "emptied": [int((f["source"] == EMPTIED).sum())]})
+                         "null_ids": [int(f["_id"].isna().sum())]})
 
 
 def feature_counts(c: pd.DataFrame) -> FeatureCounts:
     """The computed counts of `features`, summed."""
-    return FeatureCounts(**{k: int(c[k].sum()) for k in ("rows", "contaminated", "null_ids", "emptied")})
+    return FeatureCounts(**{k: int(c[k].sum()) for k in ("rows", "contaminated", "null_ids")})
 
 
 def _materialise(feat: dd.DataFrame, features_dir: str) -> dd.DataFrame:
@@ -114,25 +111,18 @@ def _materialise(feat: dd.DataFrame, features_dir: str) -> dd.DataFrame:
 
 
 class Features(Step):
-    """The documents every later stage reads (`documents`: the source, with line dedup its texts
-    rewritten), their features, kept (worker memory or `features_dir`), and the ids' check in the
-    same round trip (every id unique, and new to the earlier outputs' indexes unless `skip_existing`)."""
+    """Each document's features (id, key, text hashes, contamination, signature), kept (worker memory
+    or `features_dir`), and the ids' check in the same round trip (every id unique, and new to the
+    earlier outputs' indexes unless `skip_existing`)."""
 
     name = "features"
-    reads = ("source", "line_keys")
-    gives = ("documents", "feat")
+    reads = ("source",)
+    gives = ("feat",)
     frames = ("feat",)
-
-    def needs(self, s: Settings) -> tuple[str, ...]:
-        return self.reads if s.lines else ("source",)
-
-    def before(self, job: View) -> None:
-        s = job.settings
-        job.documents = rewritten(job.source, job.line_keys, s.text_column) if s.lines else job.source
 
     def run(self, job: View) -> str:
         s, report = job.settings, job.report
-        feat, lazy_counts = features(job.documents, id_column=s.id_column, text_column=s.text_column, params=s.params,
+        feat, lazy_counts = features(job.source, id_column=s.id_column, text_column=s.text_column, params=s.params,
                                      protected=s.protected, features_dir=s.features_dir,
                                      through=partial(job.kept.through, self.name), near=s.near)
         conflicts, k, lazy_ids = id_conflicts(without_signatures(feat), s.npartitions, against=s.against, index_out=s.index_out,
@@ -144,11 +134,11 @@ class Features(Step):
             where = "; first at " + ", ".join(f"{f} row {r}" for f, r in located) if located else ""
             raise ValueError(f"{c.null_ids} document(s) have a null id in column {s.id_column!r}{where}. "
                              "Every document needs a unique id.")
-        report.input_rows, report.contaminated, report.emptied_by_lines = c.rows, c.contaminated, c.emptied
+        report.input_rows, report.contaminated = c.rows, c.contaminated
         id_counts, sample = conflict_counts(k, ic, sample)
         report.id_partitions = id_counts.id_partitions
         check_unique_ids(sample[sample["kind"] == 0], s.id_column, s.locate, id_counts.repeated)
-        summary = (f"{report.input_rows} rows in {job.documents.npartitions} partitions, {report.contaminated} "
+        summary = (f"{report.input_rows} rows in {job.source.npartitions} partitions, {report.contaminated} "
                    "contaminated; every id occurs once")
         if s.against:
             feat = existing_ids(feat, conflicts, id_counts.existing, sample[sample["kind"] == 1], s.id_column,

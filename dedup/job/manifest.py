@@ -102,6 +102,7 @@ def build_manifest(plan: Plan, job: Job, output_rows: int) -> dict[str, Any]:
         "what_if": report.what_if or None,
         "warnings": list(report.warnings),
         "max_contaminated": plan.options.max_contaminated,
+        "max_lines_removed": plan.options.max_lines_removed if plan.options.lines else None,
         "report": removed.PAGE if plan.options.write_report else None,
         "against": [p.shown for p in plan.against], "indexed_documents": report.indexed_documents,
         "earlier_outputs": [{"output": p.shown, "indexed_documents": p.documents,
@@ -110,14 +111,16 @@ def build_manifest(plan: Plan, job: Job, output_rows: int) -> dict[str, Any]:
                             for i, p in enumerate(plan.against)],
         "near_duplicates_of_indexed": report.near_duplicates_of_indexed,
         "skipped_existing": report.skipped_existing,
-        "lines": ({**report.lines, "documents_dropped": report.emptied_by_lines, "top_lines": report.top_lines}
+        "lines": ({**report.lines, "top_lines": report.top_lines,
+                   "removed_lines": removed.REMOVED_LINES if plan.options.write_report and plan.shards else None}
                   if plan.options.lines else None),
         "output_bytes": report.output_bytes,
         "index": ({"path": index.INDEX_DIR, "documents": report.index_documents,
                    "near_duplicates": report.index_near_duplicates, "bytes": report.index_bytes,
                    "bytes_per_document": (round(report.index_bytes / report.index_documents, 1)
                                           if report.index_documents else None)}
-                  if plan.options.write_index and plan.options.near and not plan.options.dry_run and plan.shards else None),
+                  if plan.options.write_index and plan.options.near and not plan.options.dry_run and plan.shards
+                  and not plan.options.lines else None),
         "removed": removed.REMOVED if plan.options.write_report else None,
         **({"resumed": resumed} if (resumed := job.kept.summary()) else {}),
     }

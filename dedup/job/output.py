@@ -33,7 +33,7 @@ class Write(Step):
     the shards'). Kept a partition at a time, not as a whole."""
 
     name = WRITE
-    reads = ("feat", "roots", "line_keys", "shown")
+    reads = ("feat", "roots", "line_keys", "line_changes", "shown")
     gives = ("written",)
     kept = False
 
@@ -41,7 +41,7 @@ class Write(Step):
         return s.files
 
     def needs(self, s: Settings) -> tuple[str, ...]:
-        return ("feat", *(("roots",) if s.near else ()), *(("line_keys",) if s.lines else ()),
+        return ("feat", *(("roots",) if s.near else ()), *(("line_keys", "line_changes") if s.lines else ()),
                 *(("shown",) if s.details else ()))
 
     def title(self, s: Settings) -> str:
@@ -52,7 +52,10 @@ class Write(Step):
         assert plan is not None
         report, params, staging, groups = job.report, s.params, plan.staging, plan.groups
         near, dry_run = s.near, plan.options.dry_run
-        write_index = plan.options.write_index and near and not dry_run
+        write_index = plan.options.write_index and near and not dry_run and not s.lines
+        if plan.options.write_index and near and not dry_run and s.lines:
+            log.info("no index written: line dedup changed the texts near dedup compared, so a later --against "
+                     "could not continue from this OUTPUT")
         feat = job.feat
         roots = job.roots if near else None
         shown = job.shown if s.details else None
@@ -64,6 +67,7 @@ class Write(Step):
         # task of its own a partition). Features on disk: the removed list reads them without their
         # signatures, by reads of its own, so that the shards' reads are released as they are used
         lazy: dict[str, dd.DataFrame] = {}
+        line_keys, changes = (job.line_keys, job.line_changes) if s.lines else (None, None)
         split = write.split_files(groups)
         offsets = None
         if split and write_index:  # where each piece of a split file starts in it, for the index
@@ -73,8 +77,7 @@ class Write(Step):
             offsets = shared(write.row_offsets(groups, counts))
         if not dry_run:
             lazy["shards"] = dd.map_partitions(
-                resumable, write.write_group, kept.directory(WRITE, "shards"), feat, roots,
-                job.line_keys if s.lines else None, inputs,
+                resumable, write.write_group, kept.directory(WRITE, "shards"), feat, roots, line_keys, changes, inputs,
                 write.ShardOptions(s.id_column, s.text_column, drop, near, staging.url,
                                    params.num_perm if write_index else None, s.cluster_size),
                 shared((s.text_column, shown.rows_by_partition())) if shown is not None else None, offsets,
@@ -84,12 +87,19 @@ class Write(Step):
             prot = shared(s.protected) if s.protected is not None else None
             lazy["removed"] = dd.map_partitions(
                 resumable, write.write_removed, kept.directory(WRITE, "removed"), without_signatures(feat), roots,
-                roots if s.details and near else None, inputs, s.id_column, prot, staging.url,
+                roots if s.details and near else None, changes, inputs, s.id_column, prot, staging.url,
                 meta={"rows": "int64"}, align_dataframes=False)
+            if s.lines:
+                lazy["removed_lines"] = dd.map_partitions(
+                    resumable, write.write_removed_lines, kept.directory(WRITE, "removed_lines"),
+                    without_signatures(feat), roots, line_keys, inputs, s.id_column, s.text_column, drop, staging.url,
+                    meta={"rows": "int64"}, align_dataframes=False)
         got = dict(zip(lazy, compute(*lazy.values(), retries=plan.options.retries)))
         if split and lazy and not written:  # the parts of each split file joined into it, a task a file
             joins = [(name, pieces) for name, pieces in split.items() if "shards" in lazy] + \
-                [(f"{removed.REMOVED}/{name}", pieces) for name, pieces in split.items() if "removed" in lazy]
+                [(f"{removed.REMOVED}/{name}", pieces) for name, pieces in split.items() if "removed" in lazy] + \
+                [(f"{removed.REMOVED_LINES}/{name}", pieces) for name, pieces in split.items()
+                 if "removed_lines" in lazy]
             compute(*[dask.delayed(write.join_pieces)(staging.url, name, pieces) for name, pieces in joins],
                     retries=plan.options.retries)
         kept.save(WRITE, report)  # before the index's counts are added to the report, and the parts removed
@@ -97,6 +107,8 @@ class Write(Step):
         job.written = got
         listed = f"; {int(got['removed']['rows'].sum())} removed documents listed in {removed.REMOVED}" \
             if "removed" in got else ""
+        if "removed_lines" in got:
+            listed += f", {int(got['removed_lines']['rows'].sum())} removed lines in {removed.REMOVED_LINES}"
         summary = (f"{len(plan.shards)} Parquet shards to the staging directory" if "shards" in got
                    else "no shards (dry run)") + listed
         if write_index:

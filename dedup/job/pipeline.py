@@ -65,7 +65,8 @@ def process(ddf: dd.DataFrame, *, protected: ProtectedNgrams | None = None, near
     report = report if report is not None else Report()
     check_columns(ddf, id_column, text_column)
     settings = Settings(params, id_column=id_column, text_column=text_column, protected=protected, near=near,
-                        components=components, npartitions=npartitions, features_dir=features_dir, clusters=clusters)
+                        components=components, npartitions=npartitions, features_dir=features_dir, clusters=clusters,
+                        drop=drop)
     job = run_stages(Job(settings, report, Checkpoints.nowhere(), given={"source": ddf}), STAGES)
     meta = ddf._meta.assign(minhash_cluster=pd.Series(dtype=ddf._meta[id_column].dtype)) if near else ddf._meta
     return dd.map_partitions(_attach, ddf, job.given["feat"], job.given.get("roots"), id_column, drop and near, near,
@@ -139,7 +140,7 @@ def start(plan: Plan) -> Job:
     on_disk = memory.features_on_disk(o.features_on_disk, rows, plan.params.num_perm) if plan.shards else \
         bool(o.features_on_disk)
     # the stages write their parts of the index in a dry run too: the run without --dry-run reuses them
-    index_out = f"{staging.url}/{INDEX_DIR}" if o.write_index and o.near else None
+    index_out = f"{staging.url}/{INDEX_DIR}" if o.write_index and o.near and not o.lines else None
     settings = Settings(
         plan.params, id_column=plan.id_column, text_column=o.text_column, protected=plan.protected, near=o.near,
         components=o.components, features_dir=kept.directory("features", "feat") if on_disk else None,
@@ -147,7 +148,8 @@ def start(plan: Plan) -> Job:
         skip_existing=o.skip_existing, index_out=index_out, spill_dir=f"{staging.url}/{LABELS_DIR}", rows=rows,
         cluster_size=o.cluster_size and o.near, survivor_order=plan.keep_by[1] if plan.keep_by else None,
         clusters=o.clusters, max_contaminated=o.max_contaminated, lines=o.lines,
-        min_copies=o.min_copies, files=True, dry_run=o.dry_run)
+        min_copies=o.min_copies, min_line_words=o.min_line_words, max_lines_removed=o.max_lines_removed,
+        drop=o.drop, files=True, dry_run=o.dry_run)
     return Job(settings, plan.report, kept, plan)
 
 
@@ -205,13 +207,14 @@ def _accounted_rows(plan: Plan) -> int:
     """The rows written, which must be the input's less every row removed, else nothing is published."""
     report = plan.report
     expected = report.input_rows - report.contaminated - dropped_near(plan) - report.skipped_existing - \
-        report.emptied_by_lines
+        report.emptied_by_lines - report.contaminated_after_lines
     output_rows = expected if plan.options.dry_run else io.parquet_rows(plan.staging.fs, plan.staging.tmp)
     if output_rows != expected:
         raise RuntimeError(f"Accounting mismatch: wrote {output_rows} rows, expected {expected} "
                            f"({report.input_rows} in - {report.contaminated} contaminated - {dropped_near(plan)} "
                            f"near duplicates - {report.skipped_existing} already indexed - {report.emptied_by_lines} "
-                           "left without a word by line dedup). Nothing was replaced; "
+                           f"left without a word by line dedup - {report.contaminated_after_lines} contaminated "
+                           "after line dedup). Nothing was replaced; "
                            "please report this as a bug.")
     return output_rows
 

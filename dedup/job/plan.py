@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dedup.config import CLUSTER_MODES, COMPONENT_MODES, MAX_CONTAMINATED, MIN_COPIES, Params
+from dedup.config import CLUSTER_MODES, COMPONENT_MODES, MAX_CONTAMINATED, MAX_LINES_REMOVED, MIN_COPIES, MIN_LINE_WORDS, Params
 from dedup.job.counts import Report
 from dedup.job.fingerprint import fingerprint
 from dedup.job.notices import log_banding, warn, warn_unspaced
@@ -124,7 +124,9 @@ class Options:
     `cluster_size`: `minhash_cluster_size` on every row. `keep_by`: "COLUMN[:max|:min]", which member of
     a cluster survives. `clusters`: "connected" or "centred". `max_contaminated`: the share of the
     input decontamination may remove before the run stops (1: no guard). `lines`: exact line dedup
-    (docs/contract.md, section 6b); `min_copies`: the occurrences that make a line repeated."""
+    (docs/contract.md, section 6b) on the survivors; `min_copies`: the occurrences that make a line
+    repeated; `min_line_words`: the words a line needs to be removed for its own key;
+    `max_lines_removed`: the share of the survivors' characters it may remove before the run stops."""
 
     protected: Sequence[PathLike] = ()
     near: bool = True
@@ -149,6 +151,8 @@ class Options:
     max_contaminated: float = MAX_CONTAMINATED
     lines: bool = False
     min_copies: int = MIN_COPIES
+    min_line_words: int = MIN_LINE_WORDS
+    max_lines_removed: float = MAX_LINES_REMOVED
 
     def __post_init__(self) -> None:
         if self.components not in COMPONENT_MODES:
@@ -166,6 +170,15 @@ class Options:
         if isinstance(self.min_copies, bool) or not isinstance(self.min_copies, int) or self.min_copies < 2:
             raise UsageError(f"--min-copies is how many occurrences make a line repeated: an integer of at least 2. "
                              f"Got {self.min_copies!r} instead.")
+        w = self.min_line_words
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise UsageError(f"--min-line-words is how many words a line needs to be removed: an integer of at "
+                             f"least 1. Got {w!r} instead.")
+        m = self.max_lines_removed
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 1:
+            raise UsageError(f"--max-lines-removed is a share of the surviving documents' characters, from 0 to 1 "
+                             f"(1 turns the guard off). Got {m!r} instead.")
+        object.__setattr__(self, "max_lines_removed", float(m) + 0.0)
         if self.lines and self.against:
             raise UsageError("--against with line dedup is not supported yet: an earlier output's index records its "
                              "documents, not their lines, so lines repeated across releases could not be found. Run "
@@ -209,7 +222,7 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
         raise UsageError(f"--id-column {id_column}: {id_column!r} is a Hive key of the input's directories "
                          f"({id_column}=...), shared by every document below each one, so it cannot tell documents "
                          "apart; name a column of the files.")
-    shards_mod.check_columns(found, schema, id_column, o.text_column)
+    shards_mod.check_columns(found, schema, id_column, o.text_column, adds_cluster=o.near)
     if o.cluster_size and shards_mod.SIZE_COLUMN in schema.names:
         raise UsageError(f"The input already has a {shards_mod.SIZE_COLUMN!r} column; rename or drop it first.")
     keep = _keep_by(o.keep_by, pa.schema([*schema, *hive]), o.near) if o.keep_by else None
@@ -249,7 +262,7 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
                "write_report": o.write_report, "skip_existing": o.skip_existing, "write_index": o.write_index,
                "cluster_size": o.cluster_size, "keep_by": o.keep_by, "clusters": o.clusters}
     if o.lines:  # as before for a run without them: an interrupted one resumes
-        chosen.update(lines=True, min_copies=o.min_copies)
+        chosen.update(lines=True, min_copies=o.min_copies, min_line_words=o.min_line_words, lines_after_near=True)
     staging = Staging(output, fingerprint(found, params, chosen, prot, parts), restart=o.restart)
     groups = shards_mod.partitions(found, rows=o.partition_rows)
     if big := shards_mod.oversized_groups(found, rows=o.partition_rows):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dedup.config import MIN_COPIES, Params
+from dedup.config import MAX_LINES_REMOVED, MIN_COPIES, MIN_LINE_WORDS, Params
 from dedup.job.checkpoints import Checkpoints
 from dedup.job.counts import Report
 from dedup.job.timing import Timed
@@ -53,8 +53,10 @@ class Settings:
     features on disk there, else in worker memory. `survivor_order` ("max"/"min"): each cluster's root is the
     member with the largest (smallest) `--keep-by` value, carried as the `_keep` column.
     `max_contaminated`: the share of the input decontamination may remove before the run stops.
-    `lines`: exact line dedup first (`dedup.job.lines`), a line's key removed from all but its first
-    occurrence once it occurs `min_copies` times. `files`: a run on files (`run`): the input is read
+    `lines`: exact line dedup on the survivors (`dedup.job.lines`), a line's key of at least
+    `min_line_words` words removed from all but its first occurrence once it occurs `min_copies`
+    times; `max_lines_removed`: the share of the survivors' characters it may remove before the run
+    stops. `drop`: near duplicates are removed (else tagged and kept). `files`: a run on files (`run`): the input is read
     from them and OUTPUT's files are written (the stages `read`, `write` and the page's); `dry_run`:
     no shard is written."""
 
@@ -80,6 +82,9 @@ class Settings:
     max_contaminated: float | None = None
     lines: bool = False
     min_copies: int = MIN_COPIES
+    min_line_words: int = MIN_LINE_WORDS
+    max_lines_removed: float = MAX_LINES_REMOVED
+    drop: bool = True
     files: bool = False
     dry_run: bool = False
 

@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from numpy.typing import NDArray
 
 from dedup.core.decontam import ProtectedNgrams
 from dedup.partition import keyspace
+from dedup.partition import lines as part_lines
 from dedup.partition.buckets import band_documents
 from dedup.partition.decisions import cluster_sizes, root_keys, row_decisions
 from dedup.partition.features import signatures_of
@@ -98,8 +100,9 @@ class ShardOptions:
     sizes: bool = False
 
 
-def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFrame | None, inputs: Inputs,
-                options: ShardOptions, shown: tuple[str, dict[int, list[int]]] | None = None,
+def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFrame | None,
+                changes: pd.DataFrame | None, inputs: Inputs, options: ShardOptions,
+                shown: tuple[str, dict[int, list[int]]] | None = None,
                 offsets: dict[tuple[int, int], int] | None = None,
                 partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Write the output shards of one partition: each input file filtered, tagged, under its own name
@@ -107,8 +110,9 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
     this partition's index docs file (every document kept as its cluster's root), where the rows of
     a split file's pieces start at `offsets[(partition, piece)]`. `shown`: (text column, partition
     -> rows): the texts of those rows come back, as (key, text) pairs in the "texts" column, for the
-    report page (read here with every other column). `lines`: with line dedup, this partition's
-    settled repeated lines (`dedup.job.lines`): the texts are written without those they lose."""
+    report page (read here with every other column, as they were: near dedup read them so). `lines`,
+    `changes`: with line dedup, this partition's settled repeated lines and the documents that lose
+    one (`dedup.job.lines`): the texts are written without the lines they lose, those it drops not."""
     import fsspec
 
     assert partition_info is not None
@@ -116,6 +120,7 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
     id_column, drop, tag, staging_url, num_perm, sizes = o.id_column, o.drop, o.tag, o.staging_url, o.num_perm, o.sizes
     groups, schema = inputs
     group = groups[partition_info["number"]]
+    feat = part_lines.with_line_drops(feat, changes)
     keep, cluster = row_decisions(feat, roots, drop)
     size = cluster_sizes(feat, roots) if sizes else None
     fs, root = fsspec.core.url_to_fs(staging_url)
@@ -132,17 +137,17 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
         n = table.num_rows
         if offset + n > len(feat) or n != piece.rows:
             raise RuntimeError(f"{s.path} has more rows than its features; was it changed during the run?")
-        if lines is not None:
-            table = without_repeated_lines(table, o.text_column, feat, offset, lines)
         here = wanted[(wanted >= offset) & (wanted < offset + n)]
         if len(here):
-            got = table.column(text_column).take(pa.array(here - offset, pa.int64())).to_pylist()
+            got = reads.takeable(table.column(text_column)).take(pa.array(here - offset, pa.int64())).to_pylist()
             texts += zip(feat["doc"].to_numpy(np.int64)[here].tolist(), got)
+        if lines is not None:
+            table = without_repeated_lines(table, o.text_column, feat, offset, lines, keep)
         k = keep[offset:offset + n]
         out_row[offset:offset + n] -= written - (0 if piece.whole or offsets is None
                                                  else offsets[(partition_info["number"], i)])
         out_file[offset:offset + n] = s.name
-        table = table.filter(pa.array(k, type=pa.bool_()))
+        table = kept_rows(table, k)
         if tag:
             table = table.append_column(cluster_field, pa.array(cluster[offset:offset + n][k], type=cluster_field.type))
             if size is not None:
@@ -173,18 +178,33 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
                          "texts": pd.Series([texts], dtype=object)})
 
 
-def without_repeated_lines(table: pa.Table, text_column: str, feat: pd.DataFrame, offset: int,
-                           lines: pd.DataFrame) -> pa.Table:
-    """`table` (rows offset.. of a features partition) with its texts rewritten by line dedup; the
-    contaminated documents' as they are (they are not written)."""
-    from dedup.partition.lines import rewrite
+def kept_rows(table: pa.Table, keep: NDArray[np.bool_]) -> pa.Table:
+    """The rows of `table` that `keep` marks. Arrow has no filter for view columns (`string_view`,
+    `binary_view`, as Polars writes them): those are filtered as large ones and cast back, the same
+    values in the same type."""
+    mask = pa.array(keep, type=pa.bool_())
+    views = [i for i, f in enumerate(table.schema) if pa.types.is_string_view(f.type) or pa.types.is_binary_view(f.type)]
+    if not views:
+        return table.filter(mask)
+    large = table
+    for i in views:
+        wide = pa.large_string() if pa.types.is_string_view(table.schema.field(i).type) else pa.large_binary()
+        large = large.set_column(i, table.schema.field(i).with_type(wide), table.column(i).cast(wide))
+    out = large.filter(mask)
+    for i in views:
+        out = out.set_column(i, table.schema.field(i), out.column(i).cast(table.schema.field(i).type))
+    return out
 
+
+def without_repeated_lines(table: pa.Table, text_column: str, feat: pd.DataFrame, offset: int,
+                           lines: pd.DataFrame, keep: NDArray[np.bool_]) -> pa.Table:
+    """`table` (rows offset.. of a features partition) with the texts of the rows `keep` marks
+    rewritten by line dedup (the others are not written); the text column's type as it was."""
     if lines.empty:
         return table
     rows = slice(offset, offset + table.num_rows)
-    clean = feat["source"].to_numpy()[rows] < 0
     at = table.schema.get_field_index(text_column)
-    new, _ = rewrite(table.column(at), feat["doc"].to_numpy(np.int64)[rows], lines, clean)
+    new = part_lines.without_removed_lines(table.column(at), feat["doc"].to_numpy(np.int64)[rows], lines, keep[rows])
     return table.set_column(at, table.schema.field(at), new)
 
 
@@ -202,22 +222,56 @@ def locator(groups: list[list[shards_mod.Piece]]) -> Callable[[int], tuple[str, 
 
 
 def write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.DataFrame | None,
-                   inputs: Inputs, id_column: str,
-                   protected: ProtectedNgrams | None, staging_url: str,
-                   partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Write `_report/removed.parquet/<input file name>` for each input file of one partition."""
-    import fsspec
-
+                  changes: pd.DataFrame | None, inputs: Inputs, id_column: str,
+                  protected: ProtectedNgrams | None, staging_url: str,
+                  partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Write `_report/removed.parquet/<input file name>` for each input file of one partition
+    (`changes`: with line dedup, the documents it drops are listed too)."""
     assert partition_info is not None
     groups, schema = inputs
+    feat = part_lines.with_line_drops(feat, changes)
     _, cluster = row_decisions(feat, roots, drop=False)
     table, rows = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column))
+    return _write_by_file(table, rows, groups[partition_info["number"]], removed.REMOVED, staging_url)
+
+
+def write_removed_lines(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFrame, inputs: Inputs,
+                        id_column: str, text_column: str, drop: bool, staging_url: str,
+                        partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Write `_report/removed_lines.parquet/<input file name>` for each input file of one partition:
+    a row a line its surviving documents lose (`dedup.partition.lines.removed_line_rows`), read from
+    the input's text column, a file at a time."""
+    assert partition_info is not None
+    groups, schema = inputs
+    survive, _ = row_decisions(feat, roots, drop)
+    keys = feat["doc"].to_numpy(np.int64)
+    ids = feat["_id"].to_numpy()
+    pieces, positions, offset = [], [], 0
+    for p in groups[partition_info["number"]]:
+        texts = reads.read_table(p.shard.path, [text_column], p.start, p.stop).column(0)
+        rows = slice(offset, offset + p.rows)
+        table = part_lines.removed_line_rows(texts, ids[rows], keys[rows], lines, survive[rows],
+                                             cluster_type(schema, id_column))
+        pieces.append(table)
+        positions.append(np.full(table.num_rows, offset, np.int64))
+        offset += p.rows
+    table = pa.concat_tables(pieces) if pieces else part_lines.removed_lines_table(cluster_type(schema, id_column))
+    return _write_by_file(table, np.concatenate(positions) if positions else np.zeros(0, np.int64),
+                          groups[partition_info["number"]], removed.REMOVED_LINES, staging_url)
+
+
+def _write_by_file(table: pa.Table, rows: NDArray[np.int64], group: list[shards_mod.Piece], listing: str,
+                   staging_url: str) -> pd.DataFrame:
+    """Write `table`'s rows (at partition rows `rows`, in order) as `<listing>/<input file name>`, a
+    file (or a piece of a split one) for each input file of the partition; the rows written."""
+    import fsspec
+
     fs, root = fsspec.core.url_to_fs(staging_url)
     offset = written = 0
-    for p in groups[partition_info["number"]]:
+    for p in group:
         lo, hi = np.searchsorted(rows, [offset, offset + p.rows])
         part = table.slice(lo, hi - lo)
-        name = f"{removed.REMOVED}/{p.shard.name}"
+        name = f"{listing}/{p.shard.name}"
         shards_mod.write_shard(part, fs, f"{root}/{name}" if p.whole else piece_path(root, name, p), piece=not p.whole)
         offset += p.rows
         written += part.num_rows

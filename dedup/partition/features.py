@@ -11,8 +11,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from dedup.config import Params
@@ -28,12 +26,12 @@ CLEAN = -1
 """`source` of a document that overlaps no protected record (>= 0: the record it overlaps)."""
 
 EMPTIED = -2
-"""`source` of a clean document that line dedup left without a word (it had lines removed): dropped,
-with reason `empty_after_lines`; like a contaminated one it takes no part in near-dedup."""
+"""`source` of a surviving document that line dedup left without a word (set at the write,
+`dedup.partition.lines.with_line_drops`): dropped, with reason `empty_after_lines`."""
 
-ORIGINAL_TEXT = "_original_text"
-"""With line dedup, the column holding each document's text as read, beside the rewritten text in
-the text column (`dedup.partition.lines.rewritten_frame`): decontamination reads both."""
+AFTER_LINES = "_after_lines"
+"""The features column `dedup.partition.lines.with_line_drops` adds: the document's new text, after
+line dedup, holds the protected n-gram its `source` names (reason `contaminated_after_lines`)."""
 
 
 def mark_skipped(feat: pd.DataFrame, skipped: pd.DataFrame) -> pd.DataFrame:
@@ -108,26 +106,14 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
     source, source_gram = np.full(n, -1, dtype=np.int32), np.full(n, -1, dtype=np.int64)
     tkey = np.zeros(n, dtype=np.uint64)
     tkey2 = np.zeros(n, dtype=np.uint64)
-    changed = np.zeros(n, bool)
-    if ORIGINAL_TEXT in part.columns:  # line dedup: contaminated by what it held, or by its new text
-        before = pa.array(part[ORIGINAL_TEXT], type=pa.large_string(), from_pandas=True)
-        after = pa.array(part[text_column], type=pa.large_string(), from_pandas=True)
-        changed = ~pc.equal(before, after).fill_null(True).to_numpy(zero_copy_only=False)
-        if protected is not None and len(protected):
-            for lo, batch in encode_column_chunks(part[ORIGINAL_TEXT], SIGNATURE_CHUNK):
-                source[lo:lo + len(batch.word_offsets) - 1], source_gram[lo:lo + len(batch.word_offsets) - 1] = \
-                    protected.first_hits(batch)
     for lo, batch in encode_column_chunks(part[text_column], SIGNATURE_CHUNK):  # each document on its own
         hi = lo + len(batch.word_offsets) - 1
         if near:
             sigs[lo:hi] = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed,
                                            shingle_size=params.shingle_size, shingle_unit=params.shingle_unit)
         if protected is not None and len(protected):
-            rec, gram = protected.first_hits(batch)
-            late = source[lo:hi] < 0  # with line dedup, only those its original text left clean
-            source[lo:hi][late], source_gram[lo:hi][late] = rec[late], gram[late]
+            source[lo:hi], source_gram[lo:hi] = protected.first_hits(batch)
         tkey[lo:hi], tkey2[lo:hi] = text_keys(batch)
-    source[changed & (source < 0) & (tkey == 0)] = EMPTIED  # lost a line and has no word left
     inactive = source != CLEAN  # contaminated documents, like those without words (key 0), take no part
     tkey[inactive] = 0
     tkey2[inactive] = 0

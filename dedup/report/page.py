@@ -247,7 +247,7 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
 h1{font-size:1.6rem} h2{margin-top:2.2rem;border-bottom:1px solid #ddd;padding-bottom:.3rem}
 table{border-collapse:collapse;margin:.5rem 0} td,th{border:1px solid #ddd;padding:.25rem .6rem;text-align:left;vertical-align:top}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
+td.n{text-align:right;font-variant-numeric:tabular-nums} td.chosen{font-weight:bold;background:#eef5ff}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:.8rem;margin:.6rem 0 1.2rem}
 .doc{background:#f7f7f7;border:1px solid #e3e3e3;padding:.5rem;font-size:.85rem;white-space:pre-wrap;overflow-wrap:anywhere}
 .doc-id{font-size:.8rem;color:#555;margin-bottom:.2rem}
@@ -283,8 +283,11 @@ def run_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     if protected:
         rows.append(("--max-contaminated", f"{m.get('max_contaminated')}"))
     lines = m.get("lines")
-    rows.append(("line dedup", f"yes: a line repeated {lines['min_copies']} times or more (--min-copies) is kept only "
-                               "where it first occurs" if lines else "no"))
+    rows.append(("line dedup", f"yes, on the survivors: a line of {lines.get('min_line_words', 1)} words or more "
+                               f"(--min-line-words) repeated {lines['min_copies']} times or more (--min-copies) is kept "
+                               "only where it first occurs" if lines else "no"))
+    if lines:
+        rows.append(("--max-lines-removed", f"{m.get('max_lines_removed')}"))
     if m.get("near_dedup"):
         b = m.get("banding") or {}
         if b:
@@ -322,7 +325,13 @@ def _lines_section(lines: dict[str, Any] | None) -> dict[str, Any] | None:
             for i, n in enumerate(lines["share_histogram"])]
     top = [{"count": t["count"], "text": t["text"], "document": shorten(t["document"]), "line": t["line"]}  # shortened
            for t in lines["top_lines"]]
-    return {**lines, "top": top, "hist": hist}
+    cells = {(w["min_copies"], w["min_line_words"]): w["share"] for w in lines.get("what_if", [])}
+    copies = sorted({c for c, _ in cells})
+    words = sorted({w for _, w in cells})
+    what_if = {"words": words, "rows": [{"copies": c, "shares": [cells[(c, w)] for w in words],
+                                         "chosen": [(c, w) == (lines["min_copies"], lines.get("min_line_words"))
+                                                    for w in words]} for c in copies]}
+    return {**lines, "top": top, "hist": hist, "what_if": what_if}
 
 
 def render(manifest: dict[str, Any], extras: Extras) -> str:
@@ -330,13 +339,19 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
     m = manifest
     total = m["input_rows"] or 1
     skipped = m.get("skipped_existing") or 0
-    emptied = (m.get("lines") or {}).get("documents_dropped", 0)
-    counts = [("input rows", m["input_rows"]), ("contaminated, dropped", m["contaminated_dropped"]),
-              *([("left without a word by line dedup, dropped", emptied)] if m.get("lines") else []),
-              ("near duplicates found", m["near_duplicates_found"]),
-              ("near duplicates dropped", m["near_duplicates_dropped"]),
-              *([("skipped, id already indexed", skipped)] if skipped else []),
-              ("output rows", m["output_rows"])]
+    ln = m.get("lines") or {}
+    emptied = ln.get("documents_dropped", 0) + ln.get("documents_contaminated", 0)
+    rows = [("input rows", m["input_rows"]), ("contaminated, dropped", m["contaminated_dropped"]),
+            ("near duplicates found", m["near_duplicates_found"]),
+            ("near duplicates dropped", m["near_duplicates_dropped"]),
+            *([("skipped, id already indexed", skipped)] if skipped else []),
+            *([("left without a word by line dedup, dropped", ln["documents_dropped"]),
+               ("contaminated after line dedup, dropped", ln.get("documents_contaminated", 0))] if ln else []),
+            ("output rows", m["output_rows"])]
+    counts = [(name, value, value / total) for name, value in rows]
+    if ln:  # the text line dedup took, beside the rows: most of it can go while every row stays
+        counts.append(("characters removed by line dedup (of the survivors')", ln["characters_removed"],
+                       ln.get("characters_removed_share", 0.0)))
     clusters = []
     for c in extras.clusters:
         members = []

@@ -2,8 +2,9 @@
 
 A directory of Parquet files, one per input file under its own name, so no single process ever
 holds the list: id, reason (`near_duplicate`, `contaminated`, `already_indexed` with
-`--skip-existing`, or `empty_after_lines` with line dedup: no word left once its repeated lines
-went); for near duplicates the root id, the document it was matched to
+`--skip-existing`, `empty_after_lines` with line dedup: no word left once its repeated lines
+went, or `contaminated_after_lines`: its new text, lines joined anew, holds a protected n-gram);
+for near duplicates the root id, the document it was matched to
 (`dedup.partition.roots.closest_matches`: the smallest id among its other copies and the best copy of each text
 confirmed against its own) and that pair's similarity (estimate, and exact Jaccard with
 `--confirm exact`), and its similarity to the root by the confirm rule in force
@@ -21,15 +22,18 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.core.decontam import ProtectedNgrams
-from dedup.partition.features import CLEAN, EMPTIED
+from dedup.partition.features import AFTER_LINES, CLEAN, EMPTIED
 from dedup.partition.keyspace import key_row
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD
 
 REPORT_DIR = "_report"
 REMOVED = f"{REPORT_DIR}/removed.parquet"
+REMOVED_LINES = f"{REPORT_DIR}/removed_lines.parquet"
+"""With line dedup: a row a line removed (`dedup.partition.lines.removed_line_rows`), by input file."""
 PAGE = f"{REPORT_DIR}/index.html"
 NEAR, CONTAMINATED, SKIPPED_EXISTING, EMPTY_AFTER_LINES = "near_duplicate", "contaminated", "already_indexed", \
     "empty_after_lines"
+CONTAMINATED_AFTER_LINES = "contaminated_after_lines"
 
 
 def removed_schema(id_type: pa.DataType) -> pa.Schema:
@@ -82,8 +86,10 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
                 grams[j] = protected.ngram_text(int(grams_of[r]))
     is_near = near[take]
     mask = ~is_near
+    after = feat[AFTER_LINES].to_numpy(bool) if AFTER_LINES in feat.columns else np.zeros(n, bool)
     reason = np.where(is_near, NEAR, np.where(skipped[take], SKIPPED_EXISTING,
-                                              np.where(emptied[take], EMPTY_AFTER_LINES, CONTAMINATED)))
+                                              np.where(emptied[take], EMPTY_AFTER_LINES,
+                                                       np.where(after[take], CONTAMINATED_AFTER_LINES, CONTAMINATED))))
     schema = removed_schema(id_type)
     return pa.table({
         "id": pa.array(ids[take].tolist(), id_type),

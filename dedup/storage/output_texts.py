@@ -85,7 +85,7 @@ def file_texts(path: str, text_column: str, want: NDArray[np.int64]) -> pa.Array
                                    use_threads=False):
             lo, hi = np.searchsorted(sorted_at, [start, start + got.num_rows])
             if hi > lo:
-                taken.append(got.column(0).take(pa.array(sorted_at[lo:hi] - start)).cast(pa.large_string()))
+                taken.append(got.column(0).cast(pa.large_string()).take(pa.array(sorted_at[lo:hi] - start)))  # any text type
             start += got.num_rows
             if hi == len(sorted_at):
                 break

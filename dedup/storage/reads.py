@@ -112,7 +112,12 @@ def read_rows(path: str, rows: Sequence[int], column: str) -> list[Any]:
     # a row's position among the rows of the groups read: the rows of the groups read before its own
     before = np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64)[wanted])])
     pos = before[np.searchsorted(wanted, group)] + at - starts[group]
-    return table.column(0).take(pa.array(pos, pa.int64())).to_pylist()
+    return takeable(table.column(0)).take(pa.array(pos, pa.int64())).to_pylist()
+
+
+def takeable(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """`column`, a `string_view` one as large_string: Arrow has no take for views (a text column may be one)."""
+    return column.cast(pa.large_string()) if pa.types.is_string_view(column.type) else column
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -33,6 +33,11 @@ class TooContaminated(RuntimeError):
     publishing (the CLI's exit 3), OUTPUT as it was."""
 
 
+class TooManyLinesRemoved(TooContaminated):
+    """Line dedup would remove more than `--max-lines-removed` of the surviving documents' characters:
+    the run stops before publishing, as `TooContaminated` does (exit 3), OUTPUT as it was."""
+
+
 def is_url(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 

@@ -314,8 +314,11 @@ def id_type_of(schema: pa.Schema, id_column: str) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
-def check_columns(shards: Sequence[Shard], schema: pa.Schema, id_column: str, text_column: str) -> None:
-    """The id and text columns exist in every shard with usable types; errors name the file."""
+def check_columns(shards: Sequence[Shard], schema: pa.Schema, id_column: str, text_column: str,
+                  adds_cluster: bool = True) -> None:
+    """The id and text columns exist in every shard with usable types; errors name the file.
+    `adds_cluster`: the run writes `minhash_cluster` (near dedup), so the input must not hold one; a
+    run that does not (`lines`, `decontaminate`) keeps an earlier run's as it is."""
     for s in shards:
         for role, name in (("id", id_column), ("text", text_column)):
             if name == POSITION_ID:
@@ -330,8 +333,9 @@ def check_columns(shards: Sequence[Shard], schema: pa.Schema, id_column: str, te
         itype = s.schema.field(id_column).type if id_column != POSITION_ID else pa.string()
         if not (pa.types.is_integer(itype) or _is_text(itype)):
             raise UsageError(f"{s.path}: the id column {id_column!r} has type {itype}; ids must be strings or integers.")
-    if CLUSTER_COLUMN in schema.names:
-        raise UsageError(f"The input already has a {CLUSTER_COLUMN!r} column; rename or drop it first.")
+    if adds_cluster and CLUSTER_COLUMN in schema.names:
+        raise UsageError(f"The input already has a {CLUSTER_COLUMN!r} column (an earlier near-dedup output?); near "
+                         "dedup writes its own: rename or drop it first.")
     if id_column == POSITION_ID:
         return
     if any(s.schema.field(id_column).type == pa.uint64() for s in shards):
