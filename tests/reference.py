@@ -222,3 +222,60 @@ def ref_lines(ids: list, texts: list[str | None], min_copies: int = 2, min_words
         new = "\n".join(kept)
         out[i] = DROPPED if len(kept) < len(lines) and not _line_key(new) else new
     return out
+
+
+def _span_tokens(text: str | None, unit: str) -> list[tuple[int, str]]:
+    if not text:
+        return []
+    return [(m.start(), m.group().lower()) for m in re.finditer(r"\w+" if unit == "word" else r"\w", text)]
+
+
+def ref_span_removed(ids: list, texts: list[str | None], k: int, keep: str = "first",
+                     unit: str = "word") -> dict:
+    """Contract §6c in plain Python: per id, which of its tokens are removed. A window is k
+    consecutive tokens of one document, its key their lowercase forms; occurrences ordered by (id,
+    position); keep "first": every occurrence but the first is repeated; "none": every occurrence of
+    a key seen twice or more. A token is removed when a repeated window covers it."""
+    where: dict[tuple, list[tuple]] = {}
+    toks = {i: _span_tokens(t, unit) for i, t in zip(ids, texts)}
+    for i in ids:
+        keys = [w for _, w in toks[i]]
+        for p in range(len(keys) - k + 1):
+            where.setdefault(tuple(keys[p:p + k]), []).append((i, p))
+    removed = {i: [False] * len(toks[i]) for i in ids}
+    for occurrences in where.values():
+        if len(occurrences) < 2:
+            continue
+        for i, p in (occurrences if keep == "none" else sorted(occurrences)[1:]):
+            for q in range(p, p + k):
+                removed[i][q] = True
+    return removed
+
+
+def ref_spans(ids: list, texts: list[str | None], k: int, keep: str = "first", unit: str = "word") -> dict:
+    """Each id's new text by contract §6c: each maximal run of removed tokens cut from its first
+    token's first character to the next kept token's first character (or the end); `DROPPED` for a
+    document that lost a span and has no word left."""
+    removed = ref_span_removed(ids, texts, k, keep, unit)
+    out = {}
+    for i, t in zip(ids, texts):
+        toks = _span_tokens(t, unit)
+        gone = removed[i]
+        if not any(gone):
+            out[i] = t
+            continue
+        assert t is not None
+        new, at, j = "", 0, 0
+        while j < len(toks):
+            if not gone[j]:
+                j += 1
+                continue
+            e = j
+            while e < len(toks) and gone[e]:
+                e += 1
+            new += t[at:toks[j][0]]
+            at = toks[e][0] if e < len(toks) else len(t)
+            j = e
+        new += t[at:]
+        out[i] = DROPPED if not re.search(r"\w", new) else new
+    return out

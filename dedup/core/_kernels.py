@@ -442,3 +442,41 @@ def removed_by_unions(left, right, use, indexed, n_nodes):  # pragma: no cover -
         parent[b] = a
         flag[a] = flag[a] or flag[b]
     return removed
+
+
+@numba.njit(cache=True, nogil=True)
+def rolling_window_keys(h1, h2, doc_offsets, size, base1, base2):  # pragma: no cover - compiled
+    """The keys of every `size`-token window of each document (tokens `doc_offsets[d]` to
+    `doc_offsets[d + 1]` of the token hashes h1, h2): two polynomial hashes mod 2^64 of the window's
+    token hashes (bases `base1`, `base2`, odd), in document then position order, with each window's
+    first token's position in the token arrays. A document of fewer tokens has none."""
+    n_docs = doc_offsets.shape[0] - 1
+    total = 0
+    for d in range(n_docs):
+        total += max(0, doc_offsets[d + 1] - doc_offsets[d] - size + 1)
+    k1 = np.empty(total, dtype=np.uint64)
+    k2 = np.empty(total, dtype=np.uint64)
+    first = np.empty(total, dtype=np.int64)
+    top1 = np.uint64(1)  # base^(size-1): the weight of the token leaving the window
+    top2 = np.uint64(1)
+    for _ in range(size - 1):
+        top1 = top1 * base1
+        top2 = top2 * base2
+    at = 0
+    for d in range(n_docs):
+        lo, hi = doc_offsets[d], doc_offsets[d + 1]
+        if hi - lo < size:
+            continue
+        a = np.uint64(0)
+        b = np.uint64(0)
+        for t in range(lo, lo + size):
+            a = a * base1 + h1[t]
+            b = b * base2 + h2[t]
+        k1[at], k2[at], first[at] = a, b, lo
+        at += 1
+        for t in range(lo + size, hi):
+            a = (a - h1[t - size] * top1) * base1 + h1[t]
+            b = (b - h2[t - size] * top2) * base2 + h2[t]
+            k1[at], k2[at], first[at] = a, b, t - size + 1
+            at += 1
+    return k1, k2, first
