@@ -21,14 +21,16 @@ from dedup.config import (
 )
 from dedup.job.watchdog import DEFAULT_LIMIT as STALL_TIMEOUT
 from dedup.job.watchdog import WARN_AFTER
+from dedup.partition.spans import KEEP_MODES, SPAN_TOKENS
 from dedup.storage.safety import UsageError
 
 P = Params()
 
 
 def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: bool = True,
-                   lines: str = "") -> None:
-    """`lines`: "flag" (`run`: --lines turns line dedup on), "always" (`dedup lines`) or "" (none)."""
+                   lines: str = "", spans: str = "") -> None:
+    """`lines`: "flag" (`run`: --lines turns line dedup on), "always" (`dedup lines`) or "" (none);
+    `spans` the same for span dedup."""
     g = p.add_argument_group("columns")
     g.add_argument("--id-column", default=None,
                    help="column with unique document ids, strings or integers (default: id; without an id column, "
@@ -102,6 +104,23 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
                         help="stop before publishing (exit 3, OUTPUT as it was) when line dedup would remove more than "
                              "this share of the surviving documents' characters; a --dry-run only warns; 1 turns the "
                              f"guard off (default: {MAX_LINES_REMOVED})")
+    if spans:
+        sp = p.add_argument_group("exact substring dedup (docs/contract.md section 6c)")
+        if spans == "flag":
+            sp.add_argument("--spans", action="store_true",
+                            help="after near dedup (and --lines), cut from the surviving documents every run of "
+                                 "--span-tokens tokens or more that occurs twice, but its first occurrence (Lee et "
+                                 "al.'s ExactSubstr, without a suffix array); the new texts are checked for protected "
+                                 "n-grams again; writes no _index/")
+        sp.add_argument("--span-tokens", type=int, default=SPAN_TOKENS, metavar="K",
+                        help=f"tokens of the shortest repeated substring cut (default: {SPAN_TOKENS})")
+        sp.add_argument("--spans-keep", choices=KEEP_MODES, default="first",
+                        help="first: the occurrence in the document with the smallest id stays; none: every "
+                             "occurrence is cut (Lee et al.'s strike-all) (default: first)")
+        if not near:
+            sp.add_argument("--shingle-unit", choices=SHINGLE_UNITS, default=P.shingle_unit,
+                            help="what a token is: a word, or one word character (for Chinese, Japanese, Thai and "
+                                 "other scripts written without spaces; default: word)")
     if decontam:
         d = p.add_argument_group("decontamination")
         d.add_argument("--protected", action="append", default=[], metavar="PATH",
@@ -172,18 +191,22 @@ def build_parser() -> argparse.ArgumentParser:
                                             "130 interrupted (OUTPUT as it was). The contract: docs/contract.md.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     specs = [
-        ("run", "decontaminate, [remove repeated lines,] then near-dedup, in one job", True, True, "flag"),
-        ("near", "near-dedup only: tag with minhash_cluster, drop non-roots", True, False, ""),
-        ("decontaminate", "drop documents that share a 13-gram with protected files", False, True, ""),
-        ("lines", "exact line dedup only: remove every repeated line but its first occurrence", False, False, "always"),
+        ("run", "decontaminate, near-dedup, then [repeated lines and spans of the survivors], in one job", True, True,
+         "flag", "flag"),
+        ("near", "near-dedup only: tag with minhash_cluster, drop non-roots", True, False, "", ""),
+        ("decontaminate", "drop documents that share a 13-gram with protected files", False, True, "", ""),
+        ("lines", "exact line dedup only: remove every repeated line but its first occurrence", False, False, "always",
+         ""),
+        ("spans", "exact substring dedup only: cut every repeated run of --span-tokens tokens but its first "
+                  "occurrence", False, False, "", "always"),
     ]
-    for name, help_text, near, decontam, lines in specs:
+    for name, help_text, near, decontam, lines, spans in specs:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("input", metavar="INPUT", help="Parquet file, directory of shards, glob or URL")
         p.add_argument("output", metavar="OUTPUT",
                        help="output directory: new, empty, or an earlier dedup output with --overwrite; never an input, "
                             "a protected path, the working directory or a parent of any of them")
-        _add_algorithm(p, near=near, decontam=decontam, lines=lines)
+        _add_algorithm(p, near=near, decontam=decontam, lines=lines, spans=spans)
         _add_runtime(p)
     t = sub.add_parser("tune", help="choose bands x rows for a threshold and print the S-curve",
                        description="choose bands x rows for a threshold and print the S-curve")

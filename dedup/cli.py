@@ -102,7 +102,8 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
              "params": params, "overwrite": args.overwrite, "features_on_disk": args.features_on_disk,
              "dry_run": args.dry_run, "write_report": not args.no_report, "restart": args.restart,
              "write_index": near and not getattr(args, "no_index", False),
-             "lines": args.command == "lines" or getattr(args, "lines", False)}
+             "lines": args.command == "lines" or getattr(args, "lines", False),
+             "spans": args.command == "spans" or getattr(args, "spans", False)}
     # the flags this command has; the rest take `Options`' defaults
     given.update({name: getattr(args, name) for name in OPTIONAL_FLAGS if hasattr(args, name)})
     if hasattr(args, "keep_duplicates"):
@@ -113,7 +114,7 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
 
 
 OPTIONAL_FLAGS = ("components", "against", "skip_existing", "cluster_size", "keep_by", "clusters", "max_contaminated",
-                  "min_copies", "min_line_words", "max_lines_removed")
+                  "min_copies", "min_line_words", "max_lines_removed", "span_tokens", "spans_keep")
 """Options whose flags only some commands have (`dedup.arguments`), by their `Options` name."""
 
 
@@ -174,6 +175,10 @@ def _summary(m: dict[str, Any]) -> str:
            f"({ln['characters_removed']:,} characters, {ln['characters_removed_share']:.1%} of the survivors'); "
            f"{ln['documents_dropped']:,} left without a word and {ln['documents_contaminated']:,} contaminated anew, "
            "dropped"] if (ln := m.get("lines")) else []),
+        *([f"repeated spans cut    {sp['spans_cut']:>10,}  from {sp['documents_changed']:,} documents "
+           f"({sp['tokens_removed']:,} tokens, {sp['characters_removed']:,} characters); "
+           f"{sp['documents_dropped']:,} left without a word and {sp['documents_contaminated']:,} contaminated anew, "
+           "dropped"] if (sp := m.get("spans")) else []),
         f"output rows           {m['output_rows']:>10,}",
         f"seconds               {m['seconds'].get('total', 0):>10.1f}"
         + (f"  (and {r['reused_seconds']:.1f} s of the {r.get('of', 'interrupted run')}'s stages, reused)"

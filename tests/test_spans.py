@@ -5,19 +5,25 @@ marks, `\\r\\n`, a passage in every document, a document repeating itself, k bey
 
 from __future__ import annotations
 
+import datetime as dt
 import random
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dedup.core.spans import covered, cut, tokens, window_keys
+from dedup.job.pipeline import run
 from dedup.partition import lines as part_lines
 from dedup.partition import spans as part_spans
 from dedup.partition.keyspace import doc_keys
-from tests.reference import DROPPED, _span_tokens, ref_span_removed, ref_spans
+from tests.conftest import DEDUP, kill_after, parquet_digests, run_command, write_shards
+from tests.reference import DROPPED, _span_tokens, ref_clusters, ref_lines, ref_span_removed, ref_spans
 
 WORDS = ["the", "The", "cat", "sat", "on", "mat", "猫", "が", "座った", "naïve", "nai\u0308ve", "🙂", "x_1", "ÉTÉ",
          "été", "İstanbul", "42"]
@@ -115,3 +121,104 @@ def test_a_cut_runs_from_a_removed_token_to_the_next_kept_one() -> None:
     removed[[2, 3, 4]] = True  # "Cut these three"
     removed[[7, 8]] = True  # "end tail"
     assert cut([text], tok, removed) == ["Keep this. words! Keep. "]
+
+
+def _holds_ngram(text: str, grams: set[tuple[str, ...]], n: int = 13) -> bool:
+    words = re.findall(r"\w+", text.lower())
+    return any(tuple(words[i:i + n]) in grams for i in range(len(words) - n + 1))
+
+
+def test_run_with_lines_and_spans_cuts_the_survivors_texts(client, tmp_path: Path) -> None:
+    """`run --lines --spans` on the real cluster: decontamination and near dedup on the texts as read,
+    lines then spans on the survivors, the new texts checked for protected 13-grams after each: every
+    text, drop and reason as the reference computes them, at several partitions; no index."""
+    rng = random.Random(7)
+    vocab = [f"w{i}" for i in range(2000)]
+    bodies = [" ".join(rng.choice(vocab) for _ in range(80)) for _ in range(30)]
+    quote = " ".join(rng.choice(vocab) for _ in range(12))
+    nav = "Home | Products | About us | Contact"
+    secret = "the quick brown fox jumps over the lazy dog while the eval record says hello to everyone here"
+    halves = secret.split(" ")
+    texts = [f"{nav}\n{b} {quote} {b[:40]}" for b in bodies]
+    texts += [f"{nav}\n{b}" for b in bodies[:6]]  # near copies of the first six
+    texts += [f"{quote} {quote}", " ".join(halves[:6]) + f" {quote} " + " ".join(halves[6:13]) + " more",
+              f"{secret}\nnothing else"]
+    ids = [f"d{i:03d}" for i in range(len(texts))]
+    (tmp_path / "eval.txt").write_text(secret)
+    src = write_shards(pd.DataFrame({"id": ids, "text": texts}), tmp_path / "in", 3)
+    m = run(str(src), str(tmp_path / "out"), protected=[tmp_path / "eval.txt"], lines=True, spans=True, span_tokens=8,
+            partition_rows=11, max_lines_removed=1.0)
+    words = re.findall(r"\w+", secret.lower())
+    grams = {tuple(words[i:i + 13]) for i in range(len(words) - 12)}
+    text_of = dict(zip(ids, texts))
+    clean = [i for i in ids if not _holds_ngram(text_of[i], grams)]
+    clusters = ref_clusters(clean, [text_of[i] for i in clean], mode="connected", threshold=0.8, confirm="estimate")
+    survivors = [i for i in clean if clusters[i][0] == i]
+    after_lines = ref_lines(survivors, [text_of[i] for i in survivors])
+    line_dropped = {i for i in survivors if after_lines[i] is DROPPED or _holds_ngram(after_lines[i], grams)}
+    left = [i for i in survivors if i not in line_dropped]
+    after_spans = ref_spans(left, [after_lines[i] for i in left], 8)
+    emptied = {i for i in left if after_spans[i] is DROPPED}
+    cut_contaminated = {i for i in left if i not in emptied and _holds_ngram(after_spans[i], grams)}
+    assert "d037" in cut_contaminated  # the quote between the halves went
+    kept = [i for i in left if i not in emptied | cut_contaminated]
+    got = pd.read_parquet(tmp_path / "out")
+    assert dict(zip(got["id"], got["text"])) == {i: after_spans[i] for i in kept}
+    removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
+    reasons = dict(zip(removed["id"], removed["reason"]))
+    assert {i for i, r in reasons.items() if r == "empty_after_spans"} == emptied
+    assert {i for i, r in reasons.items() if r == "contaminated_after_spans"} == cut_contaminated
+    assert {i for i, r in reasons.items() if r == "near_duplicate"} == {i for i in clean if clusters[i][0] != i}
+    assert m["output_rows"] == len(kept) and m["index"] is None
+    assert m["spans"]["documents_contaminated"] == len(cut_contaminated)
+    top = m["spans"]["top_spans"][0]
+    assert top["copies"] >= 30 and top["text"] in texts[0]
+
+
+def test_dedup_spans_keeps_every_column_and_the_same_bytes_however_it_runs(tmp_path: Path) -> None:
+    """`dedup spans` in a subprocess: every other column (timestamps, nested lists and structs, nulls)
+    and the row order as read, dictionary texts in their type; keep none; the same bytes on one
+    thread as on two workers, and after a kill once the spans stage has ended; bad values refused."""
+    rng = random.Random(2)
+    vocab = [f"v{i}" for i in range(300)]
+    shared = " ".join(rng.choice(vocab) for _ in range(20))
+    n = 60
+    table = pa.table({
+        "id": pa.array([f"r{i:02d}" for i in range(n)]),
+        "text": pa.array([None if i == 3 else (shared if i == 4 else
+                          f"{' '.join(rng.choice(vocab) for _ in range(30))} {shared if i % 2 else ''} é🙂 end")
+                          for i in range(n)]).dictionary_encode(),
+        "when": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(hours=i) for i in range(n)],
+                         pa.timestamp("us", tz="UTC")),
+        "tags": pa.array([[f"t{i}", None] if i % 3 else None for i in range(n)], pa.list_(pa.string())),
+        "meta": pa.array([{"lang": "en", "score": float(i)} for i in range(n)]),
+    })
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "part.parquet", row_group_size=16)
+    cmd = [*DEDUP, "spans", str(tmp_path / "in"), str(tmp_path / "out"), "--span-tokens", "10", "--spans-keep", "none",
+           "--n-workers", "2", "--partition-rows", "16"]
+    got = run_command(cmd)
+    assert got.returncode == 0, got.stderr
+    assert "repeated spans cut" in got.stdout
+    out = pq.read_table(tmp_path / "out" / "part.parquet")
+    texts = [t if t is None else str(t) for t in table["text"].to_pylist()]
+    want = ref_spans(table["id"].to_pylist(), texts, 10, "none")
+    keep = [i for i, k in enumerate(table["id"].to_pylist()) if want[k] is not DROPPED]
+    assert out.schema.remove_metadata() == table.schema.remove_metadata()
+    assert out.drop_columns(["text"]).equals(table.take(keep).drop_columns(["text"]))
+    assert out["text"].to_pylist() == [want[table["id"][i].as_py()] for i in keep]
+    assert len(keep) == n - 1  # r04, all of it repeated, is dropped
+    removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
+    assert removed[["id", "reason"]].values.tolist() == [["r04", "empty_after_spans"]]
+    threads = run_command([*cmd[:5], str(tmp_path / "one"), *cmd[6:-4], "--threads", "1", *cmd[-2:]])
+    assert threads.returncode == 0, threads.stderr
+    assert parquet_digests(tmp_path / "one") == parquet_digests(tmp_path / "out")
+    killed = [*cmd[:5], str(tmp_path / "again"), *cmd[6:]]
+    kill_after(killed, "spans:")
+    again = run_command(killed)
+    assert again.returncode == 0, again.stderr
+    assert re.search(r"resuming: reusing [a-z, ]*\bspans\b", again.stderr)
+    assert parquet_digests(tmp_path / "again") == parquet_digests(tmp_path / "out")
+    for flag, value in (("--span-tokens", "0"), ("--spans-keep", "all")):
+        bad = run_command([*DEDUP, "spans", str(tmp_path / "in"), str(tmp_path / "o3"), flag, value])
+        assert bad.returncode == 2 and flag in bad.stderr and not (tmp_path / "o3").exists()

@@ -26,13 +26,14 @@ from dedup.partition.buckets import bucket_edges, long_form
 from dedup.partition.confirm import confirm_routes, graph_pairs, pairs_with_left, score_at_right
 from dedup.partition.features import SIG, document_features
 from dedup.partition.roots import roots_of_components, with_ids
+from dedup.partition.spans import SpanRule
 from dedup.storage.protected import read_protected
 from tests.conftest import write_shards
-from tests.reference import ref_components, ref_removed_lines
+from tests.reference import ref_components, ref_lines, ref_removed_lines, ref_span_removed
 
 LOCAL = {"scheduler": "sync", "dataframe.shuffle.method": "tasks", "dataframe.convert-string": False}
 PARAMS = Params(max_bucket=4)
-FLAGS = ("near", "protected", "lines", "against", "centred", "details", "index", "files")
+FLAGS = ("near", "protected", "lines", "spans", "against", "centred", "details", "index", "files")
 BY_NAME = {s.name: s for s in STAGES}
 
 
@@ -41,7 +42,8 @@ def _settings(**on: bool) -> Settings:
     return Settings(PARAMS, near=on.get("near", True), protected=object() if on.get("protected") else None,  # type: ignore[arg-type]
                     lines=on.get("lines", False), against=(object(),) if on.get("against") else (),  # type: ignore[arg-type]
                     clusters="centred" if on.get("centred") else "connected", details=on.get("details", False),
-                    index_out="index" if on.get("index") else None, files=on.get("files", False))
+                    index_out="index" if on.get("index") else None, files=on.get("files", False),
+                    spans=SpanRule(size=8) if on.get("spans") else None)
 
 
 @pytest.mark.parametrize("combo", list(itertools.product([False, True], repeat=len(FLAGS))),
@@ -55,7 +57,7 @@ def test_the_stage_list_walks_under_every_combination_of_options(combo: tuple[bo
     near = ["buckets", "confirm", "components", *(["survivors"] if on["details"] or on["centred"] else []), "roots"]
     want = [*(["read"] if on["files"] else []), "features",
             *(["contamination"] if on["protected"] else []), *(near if on["near"] else []),
-            *(["lines"] if on["lines"] else []),
+            *(["lines"] if on["lines"] else []), *(["spans"] if on["spans"] else []),
             *(["shown"] if on["files"] and on["details"] else []), *(["write"] if on["files"] else []),
             *(["report"] if on["files"] and on["details"] else [])]
     assert names == want
@@ -68,7 +70,8 @@ def test_every_result_has_one_giver_and_every_kept_result_is_given() -> None:
             assert g not in givers, f"{g} is given by {givers[g]} and {step.name}"
             givers[g] = step.name
         assert set(step.values + step.frames + step.tables) <= set(step.gives), step.name
-        assert set(step.needs(_settings(near=True, lines=True, details=True, protected=True))) <= set(step.reads)
+        assert set(step.needs(_settings(near=True, lines=True, spans=True, details=True, protected=True))) <= \
+            set(step.reads)
     assert set().union(*(s.reads for s in STAGES)) <= set(givers)
 
 
@@ -156,7 +159,8 @@ def _whole_run(documents: pd.DataFrame, npartitions: int, **options: Any) -> Job
 def whole(documents: pd.DataFrame, protected_file: Path) -> Job:
     """Every stage on one partition (where the bucket edges are those of the functions by hand: with
     more, same-text copies collapse per partition, `test_stages`), decontaminated, with line dedup."""
-    return _whole_run(documents, 1, protected=read_protected([protected_file], PARAMS.ngram_size), lines=True)
+    return _whole_run(documents, 1, protected=read_protected([protected_file], PARAMS.ngram_size), lines=True,
+                      spans=SpanRule(size=8))
 
 
 def _alone(whole: Job, name: str) -> Job:
@@ -196,6 +200,24 @@ def test_the_lines_stage_alone_removes_the_lines_of_the_contract(whole: Job, doc
     assert job.given["line_counts"]["documents_changed"] == len({i for i, _ in want})
     changes = _computed(job.given["line_changes"])
     assert sorted(_by_key(feat)[d] for d in changes["doc"]) == sorted({i for i, _ in want})
+
+
+def test_the_spans_stage_alone_cuts_the_spans_of_the_contract(whole: Job, documents: pd.DataFrame) -> None:
+    """On the survivors, their texts as line dedup leaves them (§6c)."""
+    job = _alone(whole, "spans")
+    feat = _computed(whole.given["feat"])
+    keys = _by_key(feat)
+    contaminated = set(feat.loc[feat["source"] >= 0, "_id"])
+    roots = _computed(whole.given["roots"])
+    dropped = {i for i, r in zip(roots["_id"], roots["root"]) if i != r}
+    line_dropped = {keys[d] for d in _computed(whole.given["line_changes"]).query("fate != 0")["doc"]}
+    survivors = documents[~documents["id"].isin(contaminated | dropped | line_dropped)]
+    lines = ref_lines(survivors["id"].tolist(), survivors["text"].tolist())
+    texts = [lines[i] for i in survivors["id"]]
+    removed = ref_span_removed(survivors["id"].tolist(), texts, 8)
+    changed = {i for i, r in removed.items() if any(r)}
+    assert job.given["span_counts"]["tokens_removed"] == sum(sum(r) for r in removed.values()) > 0
+    assert sorted(keys[d] for d in _computed(job.given["span_changes"])["doc"]) == sorted(changed)
 
 
 def test_the_features_stage_alone_gives_each_documents_features(whole: Job, documents: pd.DataFrame) -> None:

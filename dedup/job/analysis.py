@@ -1,7 +1,7 @@
 """The job's stages in the order they run: the pipeline is this list.
 
     read -> features (and unique ids) -> [contamination] -> buckets -> confirm -> components
-         -> [survivors] -> roots -> [lines] -> [shown] -> write -> [report]
+         -> [survivors] -> roots -> [lines] -> [spans] -> [shown] -> write -> [report]
 
 Each is a `dedup.job.stage.Step` in the module of its name, declaring the results it reads and
 gives; `dedup.job.stage.run_stages` runs those a job wants and holds each to its declaration.
@@ -24,11 +24,12 @@ from dedup.job.output import WRITE, Write
 from dedup.job.page_data import Page, Shown
 from dedup.job.read import Read
 from dedup.job.roots import Roots
+from dedup.job.spans import Spans
 from dedup.job.stage import Step
 from dedup.job.survivors import Survivors
 
 STAGES: tuple[Step, ...] = (Read(), Features(), Contamination(), Buckets(), Confirm(), Components(), Survivors(),
-                            Roots(), Lines(), Shown(), Write(), Page())
+                            Roots(), Lines(), Spans(), Shown(), Write(), Page())
 """The stages, in order; each runs when its `wanted` says the job needs it."""
 
 ORDER = (*(s.name for s in STAGES if s.kept), WRITE)

@@ -56,6 +56,13 @@ class Report:
     emptied_by_lines: int = 0
     """Documents line dedup left without a word (dropped, `empty_after_lines`)."""
     contaminated_after_lines: int = 0
+    emptied_by_spans: int = 0
+    """Documents span dedup left without a word (dropped, `empty_after_spans`)."""
+    contaminated_after_spans: int = 0
+    """Documents whose text, cut by span dedup, holds a protected n-gram (`contaminated_after_spans`)."""
+    spans: dict[str, Any] = field(default_factory=dict)
+    """With span dedup: spans, tokens and characters cut, documents changed and dropped, the share
+    histogram and the most repeated spans (`dedup.job.spans`)."""
     """Documents whose new text, after line dedup, holds a protected n-gram (dropped,
     `contaminated_after_lines`)."""
     lines: dict[str, Any] = field(default_factory=dict)

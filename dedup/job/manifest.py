@@ -8,7 +8,7 @@ from typing import Any
 from dedup.config import Params
 from dedup.job.counts import Report
 from dedup.job.notices import banding
-from dedup.job.plan import Plan
+from dedup.job.plan import Plan, writes_index
 from dedup.job.stage import Job
 from dedup.job.versions import versions
 from dedup.report import removed
@@ -114,13 +114,13 @@ def build_manifest(plan: Plan, job: Job, output_rows: int) -> dict[str, Any]:
         "lines": ({**report.lines, "top_lines": report.top_lines,
                    "removed_lines": removed.REMOVED_LINES if plan.options.write_report and plan.shards else None}
                   if plan.options.lines else None),
+        "spans": ({**report.spans, "documents_dropped": report.emptied_by_spans} if plan.options.spans else None),
         "output_bytes": report.output_bytes,
         "index": ({"path": index.INDEX_DIR, "documents": report.index_documents,
                    "near_duplicates": report.index_near_duplicates, "bytes": report.index_bytes,
                    "bytes_per_document": (round(report.index_bytes / report.index_documents, 1)
                                           if report.index_documents else None)}
-                  if plan.options.write_index and plan.options.near and not plan.options.dry_run and plan.shards
-                  and not plan.options.lines else None),
+                  if writes_index(plan.options) and plan.shards else None),
         "removed": removed.REMOVED if plan.options.write_report else None,
         **({"resumed": resumed} if (resumed := job.kept.summary()) else {}),
     }

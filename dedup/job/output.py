@@ -15,6 +15,7 @@ from dedup.job import write
 from dedup.job.checkpoints import resumable
 from dedup.job.compute import compute, shared
 from dedup.job.features import without_signatures
+from dedup.job.plan import writes_index
 from dedup.job.stage import Settings, Step, View
 from dedup.report import removed
 from dedup.storage import index, stamps
@@ -33,7 +34,7 @@ class Write(Step):
     the shards'). Kept a partition at a time, not as a whole."""
 
     name = WRITE
-    reads = ("feat", "roots", "line_keys", "line_changes", "shown")
+    reads = ("feat", "roots", "line_keys", "line_changes", "span_keys", "span_changes", "shown")
     gives = ("written",)
     kept = False
 
@@ -42,6 +43,7 @@ class Write(Step):
 
     def needs(self, s: Settings) -> tuple[str, ...]:
         return ("feat", *(("roots",) if s.near else ()), *(("line_keys", "line_changes") if s.lines else ()),
+                *(("span_keys", "span_changes") if s.spans is not None else ()),
                 *(("shown",) if s.details else ()))
 
     def title(self, s: Settings) -> str:
@@ -52,10 +54,10 @@ class Write(Step):
         assert plan is not None
         report, params, staging, groups = job.report, s.params, plan.staging, plan.groups
         near, dry_run = s.near, plan.options.dry_run
-        write_index = plan.options.write_index and near and not dry_run and not s.lines
-        if plan.options.write_index and near and not dry_run and s.lines:
-            log.info("no index written: line dedup changed the texts near dedup compared, so a later --against "
-                     "could not continue from this OUTPUT")
+        write_index = writes_index(plan.options)
+        if plan.options.write_index and near and not dry_run and not write_index:
+            log.info("no index written: line or span dedup changed the texts near dedup compared, so a later "
+                     "--against could not continue from this OUTPUT")
         feat = job.feat
         roots = job.roots if near else None
         shown = job.shown if s.details else None
@@ -68,6 +70,7 @@ class Write(Step):
         # signatures, by reads of its own, so that the shards' reads are released as they are used
         lazy: dict[str, dd.DataFrame] = {}
         line_keys, changes = (job.line_keys, job.line_changes) if s.lines else (None, None)
+        span_keys, span_changes = (job.span_keys, job.span_changes) if s.spans is not None else (None, None)
         split = write.split_files(groups)
         offsets = None
         if split and write_index:  # where each piece of a split file starts in it, for the index
@@ -77,9 +80,10 @@ class Write(Step):
             offsets = shared(write.row_offsets(groups, counts))
         if not dry_run:
             lazy["shards"] = dd.map_partitions(
-                resumable, write.write_group, kept.directory(WRITE, "shards"), feat, roots, line_keys, changes, inputs,
+                resumable, write.write_group, kept.directory(WRITE, "shards"), feat, roots, line_keys, changes, span_keys,
+                span_changes, inputs,
                 write.ShardOptions(s.id_column, s.text_column, drop, near, staging.url,
-                                   params.num_perm if write_index else None, s.cluster_size),
+                                   params.num_perm if write_index else None, s.cluster_size, s.spans),
                 shared((s.text_column, shown.rows_by_partition())) if shown is not None else None, offsets,
                 meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
                       "texts": object}, align_dataframes=False)
@@ -87,7 +91,7 @@ class Write(Step):
             prot = shared(s.protected) if s.protected is not None else None
             lazy["removed"] = dd.map_partitions(
                 resumable, write.write_removed, kept.directory(WRITE, "removed"), without_signatures(feat), roots,
-                roots if s.details and near else None, changes, inputs, s.id_column, prot, staging.url,
+                roots if s.details and near else None, changes, span_changes, inputs, s.id_column, prot, staging.url,
                 meta={"rows": "int64"}, align_dataframes=False)
             if s.lines:
                 lazy["removed_lines"] = dd.map_partitions(

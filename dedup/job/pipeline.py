@@ -31,9 +31,10 @@ from dedup.job.failures import explain_killed_worker
 from dedup.job.manifest import build_manifest, dropped_near
 from dedup.job.notices import warn
 from dedup.job.output import WRITE
-from dedup.job.plan import Options, Plan, prepare
+from dedup.job.plan import Options, Plan, prepare, writes_index
 from dedup.job.stage import Job, Settings, run_stages
 from dedup.partition.decisions import attach_roots
+from dedup.partition.spans import SpanRule
 from dedup.report import page as report_page
 from dedup.report import removed
 from dedup.storage import io
@@ -140,7 +141,7 @@ def start(plan: Plan) -> Job:
     on_disk = memory.features_on_disk(o.features_on_disk, rows, plan.params.num_perm) if plan.shards else \
         bool(o.features_on_disk)
     # the stages write their parts of the index in a dry run too: the run without --dry-run reuses them
-    index_out = f"{staging.url}/{INDEX_DIR}" if o.write_index and o.near and not o.lines else None
+    index_out = f"{staging.url}/{INDEX_DIR}" if writes_index(o) else None
     settings = Settings(
         plan.params, id_column=plan.id_column, text_column=o.text_column, protected=plan.protected, near=o.near,
         components=o.components, features_dir=kept.directory("features", "feat") if on_disk else None,
@@ -149,7 +150,8 @@ def start(plan: Plan) -> Job:
         cluster_size=o.cluster_size and o.near, survivor_order=plan.keep_by[1] if plan.keep_by else None,
         clusters=o.clusters, max_contaminated=o.max_contaminated, lines=o.lines,
         min_copies=o.min_copies, min_line_words=o.min_line_words, max_lines_removed=o.max_lines_removed,
-        drop=o.drop, files=True, dry_run=o.dry_run)
+        drop=o.drop, spans=SpanRule(o.span_tokens, plan.params.shingle_unit, o.spans_keep) if o.spans else None,
+        files=True, dry_run=o.dry_run)
     return Job(settings, plan.report, kept, plan)
 
 
@@ -207,14 +209,16 @@ def _accounted_rows(plan: Plan) -> int:
     """The rows written, which must be the input's less every row removed, else nothing is published."""
     report = plan.report
     expected = report.input_rows - report.contaminated - dropped_near(plan) - report.skipped_existing - \
-        report.emptied_by_lines - report.contaminated_after_lines
+        report.emptied_by_lines - report.contaminated_after_lines - report.emptied_by_spans - \
+        report.contaminated_after_spans
     output_rows = expected if plan.options.dry_run else io.parquet_rows(plan.staging.fs, plan.staging.tmp)
     if output_rows != expected:
         raise RuntimeError(f"Accounting mismatch: wrote {output_rows} rows, expected {expected} "
                            f"({report.input_rows} in - {report.contaminated} contaminated - {dropped_near(plan)} "
                            f"near duplicates - {report.skipped_existing} already indexed - {report.emptied_by_lines} "
                            f"left without a word by line dedup - {report.contaminated_after_lines} contaminated "
-                           "after line dedup). Nothing was replaced; "
+                           f"after line dedup - {report.emptied_by_spans} left without a word by span dedup - "
+                           f"{report.contaminated_after_spans} contaminated after span dedup). Nothing was replaced; "
                            "please report this as a bug.")
     return output_rows
 

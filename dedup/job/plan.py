@@ -20,6 +20,7 @@ from dedup.job.counts import Report
 from dedup.job.fingerprint import fingerprint
 from dedup.job.notices import log_banding, warn, warn_unspaced
 from dedup.job.timing import Timed
+from dedup.partition.spans import KEEP_MODES, SPAN_TOKENS
 from dedup.storage import reads
 from dedup.storage import shards as shards_mod
 from dedup.storage.safety import UsageError, check_output, expand_protected, input_places, read_manifest
@@ -126,7 +127,9 @@ class Options:
     input decontamination may remove before the run stops (1: no guard). `lines`: exact line dedup
     (docs/contract.md, section 6b) on the survivors; `min_copies`: the occurrences that make a line
     repeated; `min_line_words`: the words a line needs to be removed for its own key;
-    `max_lines_removed`: the share of the survivors' characters it may remove before the run stops."""
+    `max_lines_removed`: the share of the survivors' characters it may remove before the run stops.
+    `spans`: exact substring dedup (section 6c) on the survivors, after lines: every repeated run of
+    `span_tokens` tokens or more, its first occurrence kept (`spans_keep` "first") or not ("none")."""
 
     protected: Sequence[PathLike] = ()
     near: bool = True
@@ -153,6 +156,9 @@ class Options:
     min_copies: int = MIN_COPIES
     min_line_words: int = MIN_LINE_WORDS
     max_lines_removed: float = MAX_LINES_REMOVED
+    spans: bool = False
+    span_tokens: int = SPAN_TOKENS
+    spans_keep: str = "first"
 
     def __post_init__(self) -> None:
         if self.components not in COMPONENT_MODES:
@@ -179,6 +185,16 @@ class Options:
             raise UsageError(f"--max-lines-removed is a share of the surviving documents' characters, from 0 to 1 "
                              f"(1 turns the guard off). Got {m!r} instead.")
         object.__setattr__(self, "max_lines_removed", float(m) + 0.0)
+        t = self.span_tokens
+        if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+            raise UsageError(f"--span-tokens is the tokens of the shortest repeated substring cut: an integer of at "
+                             f"least 1. Got {t!r} instead.")
+        if self.spans_keep not in KEEP_MODES:
+            raise UsageError(f"--spans-keep must be one of {', '.join(KEEP_MODES)}. Got {self.spans_keep!r} instead.")
+        if self.spans and self.against:
+            raise UsageError("--against with span dedup is not supported yet: an earlier output's index records its "
+                             "documents, not their spans. Run `dedup spans` on the new crawl first, then `dedup near "
+                             "--against` on its output.")
         if self.lines and self.against:
             raise UsageError("--against with line dedup is not supported yet: an earlier output's index records its "
                              "documents, not their lines, so lines repeated across releases could not be found. Run "
@@ -193,6 +209,13 @@ class Options:
             raise UsageError("--skip-existing skips documents already in an --against output; give --against too.")
         if self.cluster_size and not self.near:
             raise UsageError("--cluster-size counts near duplicates; it needs `run` or `near`, not `decontaminate`.")
+
+
+def writes_index(o: Options) -> bool:
+    """Whether the run writes `_index/` (not in a dry run, which writes no shards): near dedup asked
+    for one, and no pass changed the texts near dedup compared (lines, spans), which a later
+    `--against` reads back from OUTPUT."""
+    return o.write_index and o.near and not o.lines and not o.spans and not o.dry_run
 
 
 def prepare(input: str, output: str, options: Options | None = None) -> Plan:
@@ -263,6 +286,8 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
                "cluster_size": o.cluster_size, "keep_by": o.keep_by, "clusters": o.clusters}
     if o.lines:  # as before for a run without them: an interrupted one resumes
         chosen.update(lines=True, min_copies=o.min_copies, min_line_words=o.min_line_words, lines_after_near=True)
+    if o.spans:
+        chosen.update(spans=True, span_tokens=o.span_tokens, spans_keep=o.spans_keep)
     staging = Staging(output, fingerprint(found, params, chosen, prot, parts), restart=o.restart)
     groups = shards_mod.partitions(found, rows=o.partition_rows)
     if big := shards_mod.oversized_groups(found, rows=o.partition_rows):

@@ -29,6 +29,7 @@ from dedup.job.checkpoints import Checkpoints
 from dedup.job.counts import Report
 from dedup.job.timing import Timed
 from dedup.partition import keyspace
+from dedup.partition.spans import SpanRule
 
 if TYPE_CHECKING:
     from dedup.core.decontam import ProtectedNgrams
@@ -56,7 +57,8 @@ class Settings:
     `lines`: exact line dedup on the survivors (`dedup.job.lines`), a line's key of at least
     `min_line_words` words removed from all but its first occurrence once it occurs `min_copies`
     times; `max_lines_removed`: the share of the survivors' characters it may remove before the run
-    stops. `drop`: near duplicates are removed (else tagged and kept). `files`: a run on files (`run`): the input is read
+    stops. `drop`: near duplicates are removed (else tagged and kept). `spans`: exact substring dedup
+    on the survivors, after lines (`dedup.job.spans`), by this rule. `files`: a run on files (`run`): the input is read
     from them and OUTPUT's files are written (the stages `read`, `write` and the page's); `dry_run`:
     no shard is written."""
 
@@ -85,6 +87,7 @@ class Settings:
     min_line_words: int = MIN_LINE_WORDS
     max_lines_removed: float = MAX_LINES_REMOVED
     drop: bool = True
+    spans: SpanRule | None = None
     files: bool = False
     dry_run: bool = False
 

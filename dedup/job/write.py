@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 from dedup.core.decontam import ProtectedNgrams
 from dedup.partition import keyspace
 from dedup.partition import lines as part_lines
+from dedup.partition import spans as part_spans
 from dedup.partition.buckets import band_documents
 from dedup.partition.decisions import cluster_sizes, root_keys, row_decisions
 from dedup.partition.features import signatures_of
@@ -98,10 +99,12 @@ class ShardOptions:
     staging_url: str
     num_perm: int | None = None
     sizes: bool = False
+    spans: part_spans.SpanRule | None = None
 
 
 def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFrame | None,
-                changes: pd.DataFrame | None, inputs: Inputs, options: ShardOptions,
+                changes: pd.DataFrame | None, spans: pd.DataFrame | None, span_changes: pd.DataFrame | None,
+                inputs: Inputs, options: ShardOptions,
                 shown: tuple[str, dict[int, list[int]]] | None = None,
                 offsets: dict[tuple[int, int], int] | None = None,
                 partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -112,7 +115,8 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
     -> rows): the texts of those rows come back, as (key, text) pairs in the "texts" column, for the
     report page (read here with every other column, as they were: near dedup read them so). `lines`,
     `changes`: with line dedup, this partition's settled repeated lines and the documents that lose
-    one (`dedup.job.lines`): the texts are written without the lines they lose, those it drops not."""
+    one (`dedup.job.lines`): the texts are written without the lines they lose, those it drops not.
+    `spans`, `span_changes`: with span dedup, the same (`dedup.job.spans`), cut after the lines."""
     import fsspec
 
     assert partition_info is not None
@@ -120,7 +124,7 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
     id_column, drop, tag, staging_url, num_perm, sizes = o.id_column, o.drop, o.tag, o.staging_url, o.num_perm, o.sizes
     groups, schema = inputs
     group = groups[partition_info["number"]]
-    feat = part_lines.with_line_drops(feat, changes)
+    feat = part_spans.with_span_drops(part_lines.with_line_drops(feat, changes), span_changes)
     keep, cluster = row_decisions(feat, roots, drop)
     size = cluster_sizes(feat, roots) if sizes else None
     fs, root = fsspec.core.url_to_fs(staging_url)
@@ -143,6 +147,8 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
             texts += zip(feat["doc"].to_numpy(np.int64)[here].tolist(), got)
         if lines is not None:
             table = without_repeated_lines(table, o.text_column, feat, offset, lines, keep)
+        if spans is not None and o.spans is not None:
+            table = without_repeated_spans(table, o.text_column, feat, offset, spans, keep, o.spans)
         k = keep[offset:offset + n]
         out_row[offset:offset + n] -= written - (0 if piece.whole or offsets is None
                                                  else offsets[(partition_info["number"], i)])
@@ -196,6 +202,18 @@ def kept_rows(table: pa.Table, keep: NDArray[np.bool_]) -> pa.Table:
     return out
 
 
+def without_repeated_spans(table: pa.Table, text_column: str, feat: pd.DataFrame, offset: int, spans: pd.DataFrame,
+                           keep: NDArray[np.bool_], rule: part_spans.SpanRule) -> pa.Table:
+    """`table` (rows offset.. of a features partition, its texts as line dedup left them) with the
+    repeated spans of the rows `keep` marks cut; the text column's type as it was."""
+    if spans.empty:
+        return table
+    rows = slice(offset, offset + table.num_rows)
+    at = table.schema.get_field_index(text_column)
+    new = part_spans.without_spans(table.column(at), feat["doc"].to_numpy(np.int64)[rows], spans, keep[rows], rule)
+    return table.set_column(at, table.schema.field(at), new)
+
+
 def without_repeated_lines(table: pa.Table, text_column: str, feat: pd.DataFrame, offset: int,
                            lines: pd.DataFrame, keep: NDArray[np.bool_]) -> pa.Table:
     """`table` (rows offset.. of a features partition) with the texts of the rows `keep` marks
@@ -222,14 +240,14 @@ def locator(groups: list[list[shards_mod.Piece]]) -> Callable[[int], tuple[str, 
 
 
 def write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.DataFrame | None,
-                  changes: pd.DataFrame | None, inputs: Inputs, id_column: str,
+                  changes: pd.DataFrame | None, span_changes: pd.DataFrame | None, inputs: Inputs, id_column: str,
                   protected: ProtectedNgrams | None, staging_url: str,
                   partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Write `_report/removed.parquet/<input file name>` for each input file of one partition
     (`changes`: with line dedup, the documents it drops are listed too)."""
     assert partition_info is not None
     groups, schema = inputs
-    feat = part_lines.with_line_drops(feat, changes)
+    feat = part_spans.with_span_drops(part_lines.with_line_drops(feat, changes), span_changes)
     _, cluster = row_decisions(feat, roots, drop=False)
     table, rows = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column))
     return _write_by_file(table, rows, groups[partition_info["number"]], removed.REMOVED, staging_url)

@@ -252,3 +252,36 @@ def without_spans(texts: pa.Array | pa.ChunkedArray, keys: NDArray[np.int64], se
         return texts if isinstance(texts, pa.Array) else texts.combine_chunks()
     return pa.array(cut(values, tok, gone), pa.large_string()).cast(texts.type)
 
+
+
+def window_texts(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, line_keys: pd.DataFrame | None,
+                 line_changes: pd.DataFrame | None, text_column: str, drop: bool, rule: SpanRule, top: pd.DataFrame,
+                 partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The text of each window of `top` (rows of `settle_keys`: `doc`, its first occurrence's document
+    key, `line`, its first token) whose document is in this partition, as span dedup read it: from its
+    first token's first character to its last token's last."""
+    import re
+
+    from dedup.core.spans import CHAR, WORD
+
+    number = partition_info["number"] if partition_info else 0
+    keys = doc_keys(number, len(part))
+    rows = np.flatnonzero(np.isin(keys, top["doc"].to_numpy(np.int64)))
+    out: dict[str, list[Any]] = {"doc": [], "line": [], "text": []}
+    if not len(rows):
+        return pd.DataFrame(out).astype({"doc": np.int64, "line": np.int64, "text": object})
+    keep = span_survivors(feat, roots, drop, Before(line_keys, line_changes))[rows]
+    texts = pa.array(part[text_column].iloc[rows], type=pa.large_string(), from_pandas=True)
+    if line_keys is not None:
+        texts = without_removed_lines(texts, keys[rows], line_keys, keep)
+    pattern: re.Pattern[str] = WORD if rule.unit == "word" else CHAR
+    by_doc = dict(zip(keys[rows].tolist(), texts.to_pylist()))
+    for d, line in top[["doc", "line"]].itertuples(index=False):
+        text = by_doc.get(int(d))
+        if text is None:
+            continue
+        found = list(pattern.finditer(text))[int(line):int(line) + rule.size]
+        out["doc"].append(int(d))
+        out["line"].append(int(line))
+        out["text"].append(text[found[0].start():found[-1].end()] if found else "")
+    return pd.DataFrame(out).astype({"doc": np.int64, "line": np.int64, "text": object})

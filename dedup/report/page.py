@@ -288,6 +288,9 @@ def run_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
                                "only where it first occurs" if lines else "no"))
     if lines:
         rows.append(("--max-lines-removed", f"{m.get('max_lines_removed')}"))
+    spans = m.get("spans")
+    rows.append(("span dedup", f"yes, on the survivors: runs of {spans['span_tokens']} {spans['unit']}s or more "
+                               f"(--span-tokens) seen twice are cut, --spans-keep {spans['keep']}" if spans else "no"))
     if m.get("near_dedup"):
         b = m.get("banding") or {}
         if b:
@@ -334,6 +337,17 @@ def _lines_section(lines: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**lines, "top": top, "hist": hist, "what_if": what_if}
 
 
+def _spans_section(spans: dict[str, Any]) -> dict[str, Any] | None:
+    """The page's repeated spans: the counts, the most repeated spans, the share histogram's rows."""
+    if not spans:
+        return None
+    bins = len(spans["share_histogram"])
+    hist = [{"range": f"{100 * i // bins}-{100 * (i + 1) // bins}%", "documents": n}
+            for i, n in enumerate(spans["share_histogram"])]
+    top = [{**t, "document": shorten(t["document"])} for t in spans.get("top_spans", [])]
+    return {**spans, "top": top, "hist": hist}
+
+
 def render(manifest: dict[str, Any], extras: Extras) -> str:
     """The page, as one HTML string (`templates/page.html.j2`, every value escaped by Jinja2)."""
     m = manifest
@@ -348,6 +362,11 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
             *([("left without a word by line dedup, dropped", ln["documents_dropped"]),
                ("contaminated after line dedup, dropped", ln.get("documents_contaminated", 0))] if ln else []),
             ("output rows", m["output_rows"])]
+    sp = m.get("spans") or {}
+    spans_dropped = sp.get("documents_dropped", 0) + sp.get("documents_contaminated", 0)
+    if sp:
+        rows[-1:-1] = [("left without a word by span dedup, dropped", sp["documents_dropped"]),
+                       ("contaminated after span dedup, dropped", sp.get("documents_contaminated", 0))]
     counts = [(name, value, value / total) for name, value in rows]
     if ln:  # the text line dedup took, beside the rows: most of it can go while every row stays
         counts.append(("characters removed by line dedup (of the survivors')", ln["characters_removed"],
@@ -379,6 +398,7 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
     p = {**m["parameters"], "shingle_unit": m["parameters"].get("shingle_unit", "word")}
     return str(_template().render(
         m=m, p=p, css=Markup(CSS), counts=counts, total=total, skipped=skipped, emptied=emptied,
-        lines=_lines_section(m.get("lines")), plots=_plots(m, extras),
+        lines=_lines_section(m.get("lines")), spans=_spans_section(sp), spans_dropped=spans_dropped,
+        plots=_plots(m, extras),
         to_survivor=_survivor_words(m) if m.get("near_dedup") else "", near_pairs=near_pairs, clusters=clusters,
         records=records, parameters=sorted(m["parameters"].items()), run=run_rows(m), excerpt=_excerpt_html))

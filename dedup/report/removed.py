@@ -3,7 +3,8 @@
 A directory of Parquet files, one per input file under its own name, so no single process ever
 holds the list: id, reason (`near_duplicate`, `contaminated`, `already_indexed` with
 `--skip-existing`, `empty_after_lines` with line dedup: no word left once its repeated lines
-went, or `contaminated_after_lines`: its new text, lines joined anew, holds a protected n-gram);
+went, or `contaminated_after_lines`: its new text, lines joined anew, holds a protected n-gram;
+`empty_after_spans` and `contaminated_after_spans` the same with span dedup);
 for near duplicates the root id, the document it was matched to
 (`dedup.partition.roots.closest_matches`: the smallest id among its other copies and the best copy of each text
 confirmed against its own) and that pair's similarity (estimate, and exact Jaccard with
@@ -25,6 +26,7 @@ from dedup.core.decontam import ProtectedNgrams
 from dedup.partition.features import AFTER_LINES, CLEAN, EMPTIED
 from dedup.partition.keyspace import key_row
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD
+from dedup.partition.spans import AFTER_SPANS, EMPTIED_BY_SPANS
 
 REPORT_DIR = "_report"
 REMOVED = f"{REPORT_DIR}/removed.parquet"
@@ -34,6 +36,7 @@ PAGE = f"{REPORT_DIR}/index.html"
 NEAR, CONTAMINATED, SKIPPED_EXISTING, EMPTY_AFTER_LINES = "near_duplicate", "contaminated", "already_indexed", \
     "empty_after_lines"
 CONTAMINATED_AFTER_LINES = "contaminated_after_lines"
+EMPTY_AFTER_SPANS, CONTAMINATED_AFTER_SPANS = "empty_after_spans", "contaminated_after_spans"
 
 
 def removed_schema(id_type: pa.DataType) -> pa.Schema:
@@ -59,7 +62,8 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
     skipped = feat["skipped"].to_numpy(bool)
     near = (source == CLEAN) & ~skipped & (cluster != ids)
     emptied = source == EMPTIED
-    take = np.flatnonzero(contaminated | near | skipped | emptied)
+    emptied_spans = source == EMPTIED_BY_SPANS
+    take = np.flatnonzero(contaminated | near | skipped | emptied | emptied_spans)
     n = len(feat)
     matched = np.full(n, None, dtype=object)
     est = np.full(n, np.nan, dtype=np.float32)
@@ -87,9 +91,10 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
     is_near = near[take]
     mask = ~is_near
     after = feat[AFTER_LINES].to_numpy(bool) if AFTER_LINES in feat.columns else np.zeros(n, bool)
-    reason = np.where(is_near, NEAR, np.where(skipped[take], SKIPPED_EXISTING,
-                                              np.where(emptied[take], EMPTY_AFTER_LINES,
-                                                       np.where(after[take], CONTAMINATED_AFTER_LINES, CONTAMINATED))))
+    after_spans = feat[AFTER_SPANS].to_numpy(bool) if AFTER_SPANS in feat.columns else np.zeros(n, bool)
+    reason = np.select([is_near, skipped[take], emptied[take], emptied_spans[take], after[take], after_spans[take]],
+                       [NEAR, SKIPPED_EXISTING, EMPTY_AFTER_LINES, EMPTY_AFTER_SPANS, CONTAMINATED_AFTER_LINES,
+                        CONTAMINATED_AFTER_SPANS], CONTAMINATED)
     schema = removed_schema(id_type)
     return pa.table({
         "id": pa.array(ids[take].tolist(), id_type),

@@ -1,0 +1,109 @@
+"""The spans stage on Dask, with `dedup spans` or `run --spans`: exact substring dedup (docs/contract.md,
+section 6c) on the survivors, their texts as line dedup leaves them. Each partition's window keys
+counted with their first occurrence (`partition_windows`), routed by key to ranges where each key is
+settled over the corpus (line dedup's `settle_keys` and routing), the repeated keys routed back to
+the partitions holding them (`span_keys`), and each partition's changed documents found from them
+(`span_changes`). Both are persisted; the write cuts the texts from them."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+
+from dedup.job.compute import compute, shared
+from dedup.job.features import without_signatures
+from dedup.job.graphs import persist_counting
+from dedup.job.routing import route_by
+from dedup.job.stage import Settings, Step, View
+from dedup.partition import lines as part_lines
+from dedup.partition import spans as part_spans
+from dedup.report.shown import shorten
+
+
+class Spans(Step):
+    """Which spans each surviving document loses (`span_keys`, `span_changes`), with their counts and
+    the most repeated spans."""
+
+    name = "spans"
+    reads = ("source", "feat", "roots", "line_keys", "line_changes")
+    gives = ("span_keys", "span_changes", "span_counts", "top_spans")
+    values = ("span_counts",)
+    frames = ("span_keys", "span_changes")
+    tables = ("top_spans",)
+
+    def wanted(self, s: Settings) -> bool:
+        return s.spans is not None
+
+    def needs(self, s: Settings) -> tuple[str, ...]:
+        return ("source", "feat", *(("roots",) if s.near else ()), *(("line_keys", "line_changes") if s.lines else ()))
+
+    def run(self, job: View) -> str:
+        s, ddf = job.settings, job.source
+        assert s.spans is not None
+        n = ddf.npartitions
+        feat = without_signatures(job.feat)
+        roots = job.roots if s.near else None
+        line_keys, line_changes = (job.line_keys, job.line_changes) if s.lines else (None, None)
+        drop = s.drop and s.near
+        prot = shared(s.protected) if s.protected is not None else None
+        meta = part_lines.firsts_meta(ddf._meta[s.id_column].dtype)
+        windows = dd.map_partitions(part_spans.partition_windows, ddf, feat, roots, line_keys, line_changes,
+                                    s.id_column, s.text_column, drop, s.spans, meta=meta, align_dataframes=False)
+        ranged = route_by(windows, partial(part_lines.key_part, npartitions=n), n)
+        settled = ranged.map_partitions(part_lines.settle_keys, 2, 1, meta=meta)
+        back = route_by(settled, part_lines.to_partition, n)
+        changes = dd.map_partitions(part_spans.span_changes, ddf, feat, roots, line_keys, line_changes, back,
+                                    s.text_column, drop, prot, s.spans, meta=part_spans.SPAN_CHANGES_META,
+                                    align_dataframes=False)
+        counts = changes.map_partitions(part_spans.span_counts, meta=part_spans.SPAN_COUNTS_META)
+        top = settled.map_partitions(part_lines.top_keys, meta=meta)
+        keys = settled.map_partitions(part_lines.key_count, meta={"n": "int64"})
+        (span_keys, span_changes), (c, t, k) = persist_counting([back, changes], [counts, top, keys])
+        job.span_keys, job.span_changes = span_keys, span_changes
+        top_rows = part_lines.top_keys(t).reset_index(drop=True).astype({"line": np.int64})
+        if len(top_rows):  # the spans' texts, read at their first occurrence by the partitions holding them
+            texts = dd.map_partitions(part_spans.window_texts, ddf, feat, roots, line_keys, line_changes,
+                                      s.text_column, drop, s.spans, shared(top_rows),
+                                      meta={"doc": "int64", "line": "int64", "text": object}, align_dataframes=False)
+            (found,) = compute(texts)
+            top_rows = top_rows.merge(found, on=["doc", "line"], how="left")
+        job.top_spans = top_rows
+        job.span_counts = span_counts(c, int(k["n"].sum()), s.spans)
+        sc = job.span_counts
+        return (f"{sc['spans_cut']} repeated spans ({sc['tokens_removed']} tokens, {sc['characters_removed']} "
+                f"characters) cut from {sc['documents_changed']} documents; {sc['documents_dropped']} left without a "
+                f"word, {sc['documents_contaminated']} contaminated by their new text")
+
+    def after(self, job: View) -> None:
+        report = job.report
+        sc = dict(job.span_counts or {})
+        report.spans = {**sc, "top_spans": top_spans_table(job.top_spans)}
+        report.emptied_by_spans = int(sc.get("documents_dropped", 0))
+        report.contaminated_after_spans = int(sc.get("documents_contaminated", 0))
+
+
+def span_counts(c: pd.DataFrame, repeated_keys: int, rule: part_spans.SpanRule) -> dict[str, Any]:
+    """The stage's counts (the manifest's `spans`), from the partitions' `span_counts`."""
+    hist = np.sum(np.stack(c["hist"].to_list()), axis=0) if len(c) else np.zeros(part_lines.SHARE_BINS, np.int64)
+    return {"span_tokens": rule.size, "keep": rule.keep, "unit": rule.unit, "repeated_windows": repeated_keys,
+            "spans_cut": int(c["spans"].sum()), "tokens_removed": int(c["tokens"].sum()),
+            "characters_removed": int(c["chars"].sum()), "documents_changed": int(c["documents"].sum()),
+            "documents_dropped": int(c["emptied"].sum()), "documents_contaminated": int(c["contaminated"].sum()),
+            "share_histogram": [int(x) for x in hist]}
+
+
+def top_spans_table(top: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """The most repeated spans: each one's copies, its text at its first occurrence (a long one's start
+    and its length), that document's id and the span's first token's position there."""
+    if top is None or top.empty:
+        return []
+    out = []
+    for r in top.to_dict("records"):
+        text = r.get("text") if isinstance(r.get("text"), str) else ""
+        out.append({"copies": int(r["count"]), "text": shorten(text), "characters": len(text),
+                    "document": r["_id"] if isinstance(r["_id"], str) else int(r["_id"]), "token": int(r["line"])})
+    return out
