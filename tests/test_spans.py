@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,15 +45,19 @@ def _steps(texts: list[str | None], ids: list[str], parts: int, rule: part_spans
     feats = [pd.DataFrame({"_id": p["id"].to_numpy(object), "doc": doc_keys(n, len(p)),
                            "source": np.full(len(p), -1, np.int32), "skipped": np.zeros(len(p), bool)})
              for n, p in enumerate(pieces)]
-    rows = pd.concat([part_spans.partition_windows(p, f, None, None, None, "id", "text", True, rule, {"number": n})
+    counts = pd.concat([part_spans.window_counts(p, f, None, None, None, "text", True, rule, {"number": n})
+                        for n, (p, f) in enumerate(zip(pieces, feats))], ignore_index=True)
+    repeated = part_spans.repeated_keys(counts)
+    rows = pd.concat([part_spans.partition_windows(p, f, None, None, None, repeated[repeated["part"] == n], "id", "text",
+                                                   True, rule, {"number": n})
                       for n, (p, f) in enumerate(zip(pieces, feats))], ignore_index=True)
     settled = part_lines.settle_keys(rows, 2, 1)
     out: dict[str, str | None] = {}
     for n, (p, f) in enumerate(zip(pieces, feats)):
         mine = settled[settled["part"] == n].reset_index(drop=True)
-        new = part_spans.without_spans(pa.array(list(p["text"]), pa.large_string()), doc_keys(n, len(p)), mine,
-                                       np.ones(len(p), bool), rule).to_pylist()
         changes = part_spans.span_changes(p, f, None, None, None, mine, "text", True, None, rule, {"number": n})
+        new = part_spans.without_spans(pa.array(list(p["text"]), pa.large_string()), doc_keys(n, len(p)),
+                                       changes).to_pylist()
         emptied = set(p["id"].to_numpy()[np.isin(doc_keys(n, len(p)), changes["doc"][changes["fate"] == 1])])
         out.update({i: DROPPED if i in emptied else t for i, t in zip(p["id"], new)})
     return out
@@ -60,13 +65,20 @@ def _steps(texts: list[str | None], ids: list[str], parts: int, rule: part_spans
 
 @settings(max_examples=200, deadline=None)
 @given(texts_strategy, st.integers(1, 3), st.integers(1, 6), st.sampled_from(["first", "none"]),
-       st.sampled_from(["word", "char"]), st.randoms(use_true_random=False))
+       st.sampled_from(["word", "char"]), st.sampled_from([1, 3, part_spans.TOKEN_CHUNK]),
+       st.randoms(use_true_random=False))
 def test_the_partition_steps_cut_what_the_reference_cuts(texts: list[str | None], parts: int, k: int, keep: str,
-                                                         unit: str, rnd: random.Random) -> None:
+                                                         unit: str, chunk: int, rnd: random.Random) -> None:
+    """At 1 to 3 partitions, their documents tokenised 1, 3 or thousands at a time."""
     ids = [f"d{i:02d}" for i in range(len(texts))]
     rnd.shuffle(ids)
     rule = part_spans.SpanRule(size=k, unit=unit, keep=keep)
-    assert _steps(texts, ids, parts, rule) == ref_spans(ids, texts, k, keep, unit)
+    default, part_spans.TOKEN_CHUNK = part_spans.TOKEN_CHUNK, chunk
+    try:
+        got = _steps(texts, ids, parts, rule)
+    finally:
+        part_spans.TOKEN_CHUNK = default
+    assert got == ref_spans(ids, texts, k, keep, unit)
 
 
 @settings(max_examples=200, deadline=None)
@@ -120,7 +132,7 @@ def test_a_cut_runs_from_a_removed_token_to_the_next_kept_one() -> None:
     removed = np.zeros(len(tok.start), bool)
     removed[[2, 3, 4]] = True  # "Cut these three"
     removed[[7, 8]] = True  # "end tail"
-    assert cut([text], tok, removed) == ["Keep this. words! Keep. "]
+    assert cut([text], tok, removed) == {0: "Keep this. words! Keep. "}
 
 
 def _holds_ngram(text: str, grams: set[tuple[str, ...]], n: int = 13) -> bool:
@@ -222,3 +234,16 @@ def test_dedup_spans_keeps_every_column_and_the_same_bytes_however_it_runs(tmp_p
     for flag, value in (("--span-tokens", "0"), ("--spans-keep", "all")):
         bad = run_command([*DEDUP, "spans", str(tmp_path / "in"), str(tmp_path / "o3"), flag, value])
         assert bad.returncode == 2 and flag in bad.stderr and not (tmp_path / "o3").exists()
+
+
+@pytest.mark.parametrize("keep", ["first", "none"])
+def test_the_contracts_worked_example(tmp_path: Path, keep: str) -> None:
+    """docs/contract.md §6c's table, run as written (the local scheduler)."""
+    texts = {"a": "The cat sat on the mat. A dog!", "b": "Yes, the CAT sat on the mat today.", "c": "the cat sat"}
+    write_shards(pd.DataFrame({"id": list(texts), "text": list(texts.values())}), tmp_path / "in", 1)
+    m = run(str(tmp_path / "in"), str(tmp_path / "out"), near=False, spans=True, span_tokens=3, spans_keep=keep)
+    got = pd.read_parquet(tmp_path / "out")
+    assert dict(zip(got["id"], got["text"])) == {"a": texts["a"] if keep == "first" else "A dog!", "b": "Yes, today."}
+    removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
+    assert removed[["id", "reason"]].values.tolist() == [["c", "empty_after_spans"]]
+    assert m["spans"]["repeated_windows"] == 4 and m["spans"]["documents_dropped"] == 1

@@ -480,3 +480,37 @@ def rolling_window_keys(h1, h2, doc_offsets, size, base1, base2):  # pragma: no 
             k1[at], k2[at], first[at] = a, b, t - size + 1
             at += 1
     return k1, k2, first
+
+
+@numba.njit(cache=True, nogil=True)
+def ascii_token_spans(data, start, end, word):  # pragma: no cover - compiled
+    """The runs of word bytes (`word[byte]` 1) of each text data[start[d]:end[d]] (ASCII: a byte is a
+    character): their starts and ends in `data`, and each text's count."""
+    n = start.shape[0]
+    counts = np.zeros(n, dtype=np.int64)
+    total = 0
+    for d in range(n):
+        inside = False
+        for j in range(np.uint64(start[d]), np.uint64(end[d])):
+            w = word[data[j]] != 0
+            if w and not inside:
+                total += 1
+            inside = w
+    tok_start = np.empty(total, dtype=np.int64)
+    tok_end = np.empty(total, dtype=np.int64)
+    at = 0
+    for d in range(n):
+        inside = False
+        for j in range(np.uint64(start[d]), np.uint64(end[d])):
+            w = word[data[j]] != 0
+            if w and not inside:
+                tok_start[at] = j
+                counts[d] += 1
+            elif inside and not w:
+                tok_end[at] = j
+                at += 1
+            inside = w
+        if inside:
+            tok_end[at] = end[d]
+            at += 1
+    return tok_start, tok_end, counts

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 WORD = re.compile(r"\w+")
@@ -40,32 +42,58 @@ class Tokens:
         return np.repeat(np.arange(len(self.offsets) - 1), np.diff(self.offsets))
 
 
-def tokens(texts: list[str | None], unit: str = "word") -> Tokens:
+def tokens(texts: list[str | None] | pa.Array, unit: str = "word") -> Tokens:
     """The tokens of `texts` (a null has none): each match of `\\w+` (unit "word") or `\\w` (unit
-    "char") in the text as it is, at its character position, keyed by its lowercase form."""
+    "char") in the text as it is, at its character position, keyed by its lowercase form. ASCII texts
+    with words as the unit are read in place by a compiled loop (for ASCII, Python's `\\w` is
+    [A-Za-z0-9_] and a byte a character); the others by Python's `re`, the same tokens."""
     from dedup.core import _kernels
+    from dedup.core.text import _ASCII_LOWER, _ASCII_WORD, string_array
 
-    pattern = WORD if unit == "word" else CHAR
-    starts: list[int] = []
-    keys: list[str] = []
-    counts = np.zeros(len(texts), np.int64)
-    for d, text in enumerate(texts):
-        if not text:
-            continue
-        found = [(m.start(), m.group()) for m in pattern.finditer(text)]
-        counts[d] = len(found)
-        starts += [s for s, _ in found]
-        keys += [w.lower() for _, w in found]
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    if not keys:
-        empty = np.zeros(0, np.uint64)
-        return Tokens(offsets, np.zeros(0, np.int64), empty, empty.copy())
-    encoded = [k.encode("utf-8") for k in keys]
-    lengths = np.fromiter((len(e) for e in encoded), np.int64, len(encoded))
-    ends = np.cumsum(lengths)
-    buf = np.frombuffer(b"".join(encoded), np.uint8)
-    h1, h2 = _kernels.text_keys(buf, ends - lengths, ends)
-    return Tokens(offsets, np.asarray(starts, np.int64), np.asarray(h1, np.uint64), np.asarray(h2, np.uint64))
+    array = string_array(texts, "span dedup") if isinstance(texts, (pa.Array, pa.ChunkedArray)) else \
+        pa.array(texts, type=pa.large_string())
+    array = array.cast(pa.large_string())
+    n = len(array)
+    _, off_buf, data_buf = array.buffers()
+    offsets = np.frombuffer(off_buf, np.int64, count=array.offset + n + 1)[array.offset:].copy() \
+        if off_buf is not None else np.zeros(n + 1, np.int64)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    data = data[offsets[0]:offsets[-1]]  # a slice's bytes only
+    offsets -= offsets[0]
+    start, end = offsets[:-1].copy(), offsets[1:].copy()
+    if array.null_count:
+        null = array.is_null().to_numpy(zero_copy_only=False)
+        end[null] = start[null]
+    other = _kernels.non_ascii(data, start, end).astype(bool) if unit == "word" else end > start
+    fast_end = np.where(other, start, end)
+    tok_start, tok_end, counts = _kernels.ascii_token_spans(data, start, fast_end, _ASCII_WORD)
+    lowered = _ASCII_LOWER[data] if len(data) else data
+    h1, h2 = _kernels.text_keys(lowered, tok_start, tok_end)
+    doc = np.repeat(np.arange(n), counts)
+    char = tok_start - start[doc]
+    h1, h2 = np.asarray(h1, np.uint64), np.asarray(h2, np.uint64)
+    if other.any():  # the others by `re`, merged in text order
+        pattern = WORD if unit == "word" else CHAR
+        slow_doc: list[int] = []
+        slow_char: list[int] = []
+        keys: list[bytes] = []
+        for d in np.flatnonzero(other).tolist():
+            for m in pattern.finditer(array[d].as_py()):
+                slow_doc.append(d)
+                slow_char.append(m.start())
+                keys.append(m.group().lower().encode("utf-8"))
+        lengths = np.fromiter((len(k) for k in keys), np.int64, len(keys))
+        ends = np.cumsum(lengths)
+        s1, s2 = _kernels.text_keys(np.frombuffer(b"".join(keys), np.uint8), ends - lengths, ends) if keys else \
+            (np.zeros(0, np.uint64), np.zeros(0, np.uint64))
+        doc = np.concatenate([doc, np.asarray(slow_doc, np.int64)])
+        order = np.argsort(doc, kind="stable")
+        doc = doc[order]
+        char = np.concatenate([char, np.asarray(slow_char, np.int64)])[order]
+        h1 = np.concatenate([h1, np.asarray(s1, np.uint64)])[order]
+        h2 = np.concatenate([h2, np.asarray(s2, np.uint64)])[order]
+    per_doc = np.bincount(doc, minlength=n) if len(doc) else np.zeros(n, np.int64)
+    return Tokens(np.concatenate([[0], np.cumsum(per_doc)]).astype(np.int64), char.astype(np.int64), h1, h2)
 
 
 def window_keys(tok: Tokens, size: int) -> tuple[NDArray[np.uint64], NDArray[np.uint64], NDArray[np.int64]]:
@@ -84,16 +112,16 @@ def covered(n_tokens: int, first: NDArray[np.int64], size: int) -> NDArray[np.bo
     return np.cumsum(delta[:-1]) > 0
 
 
-def cut(texts: list[str | None], tok: Tokens, removed: NDArray[np.bool_]) -> list[str | None]:
-    """`texts` without each maximal run of `removed` tokens: from its first token's first character up
-    to the next kept token's first character (to the text's end when none follows); every other
-    character as it was."""
-    out = list(texts)
+def cut(texts: list[str | None] | pa.Array, tok: Tokens, removed: NDArray[np.bool_]) -> dict[int, str]:
+    """The new text of each of `texts` that loses a token: without each maximal run of `removed`
+    tokens, from its first token's first character up to the next kept token's first character (to
+    the text's end when none follows); every other character as it was. By position in `texts`."""
+    out: dict[int, str] = {}
     if not removed.any():
         return out
     doc = tok.doc
     for d in np.unique(doc[removed]).tolist():
-        text = texts[d]
+        text = texts[d].as_py() if isinstance(texts, (pa.Array, pa.ChunkedArray)) else texts[d]
         assert text is not None
         lo, hi = int(tok.offsets[d]), int(tok.offsets[d + 1])
         gone = removed[lo:hi]
@@ -112,3 +140,14 @@ def cut(texts: list[str | None], tok: Tokens, removed: NDArray[np.bool_]) -> lis
         pieces.append(text[at:])
         out[d] = "".join(pieces)
     return out
+
+
+def with_cuts(texts: pa.Array, new: dict[int, str]) -> pa.Array:
+    """`texts` (large_string) with the texts at the positions of `new` replaced by its values."""
+    if not new:
+        return texts
+    mask = np.zeros(len(texts), bool)
+    at = np.fromiter(new, np.int64, len(new))
+    mask[at] = True
+    order = np.sort(at)
+    return pc.replace_with_mask(texts, pa.array(mask), pa.array([new[int(d)] for d in order], pa.large_string()))

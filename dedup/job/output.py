@@ -34,7 +34,7 @@ class Write(Step):
     the shards'). Kept a partition at a time, not as a whole."""
 
     name = WRITE
-    reads = ("feat", "roots", "line_keys", "line_changes", "span_keys", "span_changes", "shown")
+    reads = ("feat", "roots", "line_keys", "line_changes", "span_changes", "shown")
     gives = ("written",)
     kept = False
 
@@ -43,7 +43,7 @@ class Write(Step):
 
     def needs(self, s: Settings) -> tuple[str, ...]:
         return ("feat", *(("roots",) if s.near else ()), *(("line_keys", "line_changes") if s.lines else ()),
-                *(("span_keys", "span_changes") if s.spans is not None else ()),
+                *(("span_changes",) if s.spans is not None else ()),
                 *(("shown",) if s.details else ()))
 
     def title(self, s: Settings) -> str:
@@ -70,7 +70,7 @@ class Write(Step):
         # signatures, by reads of its own, so that the shards' reads are released as they are used
         lazy: dict[str, dd.DataFrame] = {}
         line_keys, changes = (job.line_keys, job.line_changes) if s.lines else (None, None)
-        span_keys, span_changes = (job.span_keys, job.span_changes) if s.spans is not None else (None, None)
+        span_changes = job.span_changes if s.spans is not None else None
         split = write.split_files(groups)
         offsets = None
         if split and write_index:  # where each piece of a split file starts in it, for the index
@@ -80,10 +80,10 @@ class Write(Step):
             offsets = shared(write.row_offsets(groups, counts))
         if not dry_run:
             lazy["shards"] = dd.map_partitions(
-                resumable, write.write_group, kept.directory(WRITE, "shards"), feat, roots, line_keys, changes, span_keys,
-                span_changes, inputs,
+                resumable, write.write_group, kept.directory(WRITE, "shards"), feat, roots, line_keys, changes, span_changes,
+                inputs,
                 write.ShardOptions(s.id_column, s.text_column, drop, near, staging.url,
-                                   params.num_perm if write_index else None, s.cluster_size, s.spans),
+                                   params.num_perm if write_index else None, s.cluster_size),
                 shared((s.text_column, shown.rows_by_partition())) if shown is not None else None, offsets,
                 meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
                       "texts": object}, align_dataframes=False)

@@ -51,7 +51,13 @@ class Spans(Step):
         drop = s.drop and s.near
         prot = shared(s.protected) if s.protected is not None else None
         meta = part_lines.firsts_meta(ddf._meta[s.id_column].dtype)
-        windows = dd.map_partitions(part_spans.partition_windows, ddf, feat, roots, line_keys, line_changes,
+        # the first move: every first hash with its count, 16 bytes a row; those seen twice come back
+        counted = dd.map_partitions(part_spans.window_counts, ddf, feat, roots, line_keys, line_changes, s.text_column,
+                                    drop, s.spans, meta=part_spans.COUNTS_META, align_dataframes=False)
+        repeated = route_by(route_by(counted, partial(part_lines.key_part, npartitions=n), n).map_partitions(
+            part_spans.repeated_keys, meta=part_spans.COUNTS_META), part_spans.part_of, n)
+        # the second: the repeated keys with their first occurrence here, settled over the corpus
+        windows = dd.map_partitions(part_spans.partition_windows, ddf, feat, roots, line_keys, line_changes, repeated,
                                     s.id_column, s.text_column, drop, s.spans, meta=meta, align_dataframes=False)
         ranged = route_by(windows, partial(part_lines.key_part, npartitions=n), n)
         settled = ranged.map_partitions(part_lines.settle_keys, 2, 1, meta=meta)

@@ -99,12 +99,10 @@ class ShardOptions:
     staging_url: str
     num_perm: int | None = None
     sizes: bool = False
-    spans: part_spans.SpanRule | None = None
 
 
 def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFrame | None,
-                changes: pd.DataFrame | None, spans: pd.DataFrame | None, span_changes: pd.DataFrame | None,
-                inputs: Inputs, options: ShardOptions,
+                changes: pd.DataFrame | None, span_changes: pd.DataFrame | None, inputs: Inputs, options: ShardOptions,
                 shown: tuple[str, dict[int, list[int]]] | None = None,
                 offsets: dict[tuple[int, int], int] | None = None,
                 partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -116,7 +114,8 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
     report page (read here with every other column, as they were: near dedup read them so). `lines`,
     `changes`: with line dedup, this partition's settled repeated lines and the documents that lose
     one (`dedup.job.lines`): the texts are written without the lines they lose, those it drops not.
-    `spans`, `span_changes`: with span dedup, the same (`dedup.job.spans`), cut after the lines."""
+    `span_changes`: with span dedup, the documents that lose a span, with their new texts
+    (`dedup.job.spans`), cut after the lines."""
     import fsspec
 
     assert partition_info is not None
@@ -147,8 +146,8 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
             texts += zip(feat["doc"].to_numpy(np.int64)[here].tolist(), got)
         if lines is not None:
             table = without_repeated_lines(table, o.text_column, feat, offset, lines, keep)
-        if spans is not None and o.spans is not None:
-            table = without_repeated_spans(table, o.text_column, feat, offset, spans, keep, o.spans)
+        if span_changes is not None:
+            table = without_repeated_spans(table, o.text_column, feat, offset, span_changes)
         k = keep[offset:offset + n]
         out_row[offset:offset + n] -= written - (0 if piece.whole or offsets is None
                                                  else offsets[(partition_info["number"], i)])
@@ -202,15 +201,16 @@ def kept_rows(table: pa.Table, keep: NDArray[np.bool_]) -> pa.Table:
     return out
 
 
-def without_repeated_spans(table: pa.Table, text_column: str, feat: pd.DataFrame, offset: int, spans: pd.DataFrame,
-                           keep: NDArray[np.bool_], rule: part_spans.SpanRule) -> pa.Table:
+def without_repeated_spans(table: pa.Table, text_column: str, feat: pd.DataFrame, offset: int,
+                           changes: pd.DataFrame) -> pa.Table:
     """`table` (rows offset.. of a features partition, its texts as line dedup left them) with the
-    repeated spans of the rows `keep` marks cut; the text column's type as it was."""
-    if spans.empty:
+    texts span dedup cut (`changes`: this partition's `span_changes`, which hold them); the text
+    column's type as it was."""
+    if changes.empty:
         return table
     rows = slice(offset, offset + table.num_rows)
     at = table.schema.get_field_index(text_column)
-    new = part_spans.without_spans(table.column(at), feat["doc"].to_numpy(np.int64)[rows], spans, keep[rows], rule)
+    new = part_spans.without_spans(table.column(at), feat["doc"].to_numpy(np.int64)[rows], changes)
     return table.set_column(at, table.schema.field(at), new)
 
 

@@ -202,28 +202,43 @@ def removed_lines(lines: Lines, keys: NDArray[np.int64], line_keys: pd.DataFrame
     return with_blank_neighbours(lines, gone), first_row
 
 
+class KeyLookup:
+    """The rows of a frame of keys (`h1`, `h2`, one row a key, as a partition's settled keys are),
+    looked up by key: by a hash lookup of h1, h2 confirming; when two keys share an h1 (about one pair
+    in 10^7 among 10^6 keys), by binary search, those looked up one by one. Built once, looked up
+    as often as wanted (span dedup looks up a partition's windows a run of documents at a time)."""
+
+    def __init__(self, keys: pd.DataFrame) -> None:
+        self.frame = keys
+        self.h1, self.h2 = keys["h1"].to_numpy(np.uint64), keys["h2"].to_numpy(np.uint64)
+        self.index = pd.Index(self.h1)
+        self.unique = self.index.is_unique
+        if not self.unique:
+            self.order = np.lexsort((self.h2, self.h1))
+            self.d1, self.d2 = self.h1[self.order], self.h2[self.order]
+
+    def rows(self, h1: NDArray[np.uint64], h2: NDArray[np.uint64]) -> NDArray[np.int64]:
+        """For each key (h1, h2): its row in the frame, or -1."""
+        if self.unique:
+            at = self.index.get_indexer(h1).astype(np.int64)
+            found = at >= 0
+            found[found] = self.h2[at[found]] == h2[found]
+            return np.where(found, at, -1)
+        lo, hi = np.searchsorted(self.d1, h1, "left"), np.searchsorted(self.d1, h1, "right")
+        at = np.full(len(h1), -1, np.int64)
+        one = (hi - lo == 1)
+        one[one] = self.d2[lo[one]] == h2[one]
+        at[one] = self.order[lo[one]]
+        for k in np.flatnonzero(hi - lo > 1):
+            same = np.flatnonzero(self.d2[lo[k]:hi[k]] == h2[k])
+            if len(same):
+                at[k] = self.order[lo[k] + same[0]]
+        return at
+
+
 def _settled_row(h1: NDArray[np.uint64], h2: NDArray[np.uint64], line_keys: pd.DataFrame) -> NDArray[np.int64]:
-    """For each key (h1, h2): its row in `line_keys` (one row a key, as a partition's are), or -1. By a
-    hash lookup of h1, h2 confirming; when two settled keys share an h1 (about one pair in 10^7 among
-    10^6 keys), by binary search, those keys looked up one by one."""
-    index = pd.Index(line_keys["h1"].to_numpy(np.uint64))
-    if index.is_unique:
-        at = index.get_indexer(h1).astype(np.int64)
-        found = at >= 0
-        found[found] = line_keys["h2"].to_numpy(np.uint64)[at[found]] == h2[found]
-        return np.where(found, at, -1)
-    order = np.lexsort((line_keys["h2"].to_numpy(np.uint64), line_keys["h1"].to_numpy(np.uint64)))
-    d1, d2 = line_keys["h1"].to_numpy(np.uint64)[order], line_keys["h2"].to_numpy(np.uint64)[order]
-    lo, hi = np.searchsorted(d1, h1, "left"), np.searchsorted(d1, h1, "right")
-    at = np.full(len(h1), -1, np.int64)
-    one = (hi - lo == 1)
-    one[one] = d2[lo[one]] == h2[one]
-    at[one] = order[lo[one]]
-    for k in np.flatnonzero(hi - lo > 1):
-        same = np.flatnonzero(d2[lo[k]:hi[k]] == h2[k])
-        if len(same):
-            at[k] = order[lo[k] + same[0]]
-    return at
+    """For each key (h1, h2): its row in `line_keys` (`KeyLookup`), or -1."""
+    return KeyLookup(line_keys).rows(h1, h2)
 
 
 def rewrite(texts: pa.Array, lines: Lines, gone: NDArray[np.bool_]) -> tuple[pa.Array, NDArray[np.bool_]]:

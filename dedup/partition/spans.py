@@ -18,17 +18,19 @@ every document moves as one row a partition, so no task holds more than its part
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from dedup.core.decontam import ProtectedNgrams
-from dedup.core.spans import Tokens, covered, cut, tokens, window_keys
-from dedup.core.text import encode_batch
+from dedup.core.spans import Tokens, covered, cut, tokens, window_keys, with_cuts
+from dedup.core.text import encode_batch, string_array
 from dedup.partition.features import AFTER_LINES
 from dedup.partition.keyspace import doc_keys
 from dedup.partition.lines import (
@@ -36,7 +38,7 @@ from dedup.partition.lines import (
     EMPTIED_BY_LINES,
     KEPT,
     SHARE_BINS,
-    _settled_row,
+    KeyLookup,
     with_line_drops,
     without_removed_lines,
 )
@@ -72,10 +74,12 @@ class Before:
 SPAN_CHANGES_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "tokens": pd.Series(dtype=np.int64),
                                   "spans": pd.Series(dtype=np.int64), "before": pd.Series(dtype=np.int64),
                                   "after": pd.Series(dtype=np.int64), "fate": pd.Series(dtype=np.int8),
-                                  "source": pd.Series(dtype=np.int32), "source_gram": pd.Series(dtype=np.int64)})
+                                  "source": pd.Series(dtype=np.int32), "source_gram": pd.Series(dtype=np.int64),
+                                  "text": pd.Series(dtype=object)})
 """A document that lost a span: its key, the tokens and spans (maximal runs) it lost, its characters
-before and after (after line dedup, if it ran), its fate (`dedup.partition.lines`' KEPT, EMPTIED_BY_LINES
-for no word left, CONTAMINATED_BY_LINES for a protected n-gram in its new text) and that n-gram."""
+before and after (after line dedup, if it ran), its new `text` (what the write writes), its fate
+(`dedup.partition.lines`' KEPT, EMPTIED_BY_LINES for no word left, CONTAMINATED_BY_LINES for a
+protected n-gram in its new text) and that n-gram."""
 
 SPAN_COUNTS_META = {"tokens": "int64", "spans": "int64", "chars": "int64", "documents": "int64", "emptied": "int64",
                     "contaminated": "int64", "hist": object}
@@ -103,55 +107,150 @@ def span_survivors(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool, b
     return line_survivors(with_line_drops(feat, before.line_changes), roots, drop)
 
 
-def _survivor_tokens(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, text_column: str,
+TOKEN_CHUNK = 4096
+"""Documents tokenised at a time (`_survivor_chunks`): a task holds their tokens and windows (about 50
+bytes a token), not its whole partition's."""
+
+
+def _survivor_chunks(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, text_column: str,
                      drop: bool, before: Before, rule: SpanRule, number: int
-                     ) -> tuple[list[str | None], Tokens, NDArray[np.bool_]]:
+                     ) -> Iterator[tuple[int, pa.Array, Tokens]]:
+    """The partition's texts as span dedup reads them, `TOKEN_CHUNK` documents at a time: (the first
+    one's row, their texts, the tokens of the survivors among them)."""
     keys = doc_keys(number, len(part))
     keep = span_survivors(feat, roots, drop, before)
-    texts = _texts(part, text_column, keys, keep, before).to_pylist()
-    return texts, tokens([t if k else None for t, k in zip(texts, keep)], rule.unit), keep
+    texts = _texts(part, text_column, keys, keep, before)
+    only = _only(texts, keep)
+    for lo in range(0, len(texts), TOKEN_CHUNK):
+        yield lo, texts.slice(lo, TOKEN_CHUNK), tokens(only.slice(lo, TOKEN_CHUNK), rule.unit)
+
+
+def _only(texts: pa.Array, keep: NDArray[np.bool_]) -> pa.Array:
+    """`texts` with those `keep` does not mark null."""
+    return texts if keep.all() else pc.if_else(pa.array(keep), texts, pa.scalar(None, texts.type))
+
+
+COUNTS_META = pd.DataFrame({"h1": pd.Series(dtype=np.uint64), "count": pd.Series(dtype=np.int32),
+                            "part": pd.Series(dtype=np.int32)})
+"""A window key's row of the first move: its first hash and its count in the partition that counted
+it, 16 bytes (no second hash, no id: most keys occur once; a first hash seen twice or more over the
+corpus brings its windows to the second move, `partition_windows`, which keys them by both)."""
+
+
+def _grouped(h1: NDArray[np.uint64], h2: NDArray[np.uint64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The order that puts equal keys (h1, h2) together, and where each key's run starts in it. By h1
+    alone, then by h2 within the runs of an h1 that two keys share (about one pair in 10^6 among
+    10^7 windows), so that the sort is one 64-bit key's."""
+    order = np.argsort(h1, kind="stable")
+    s1, s2 = h1[order], h2[order]
+    same1 = s1[1:] == s1[:-1]
+    clash = same1 & (s2[1:] != s2[:-1])
+    if clash.any():  # runs sharing an h1 with more than one h2: sorted again by (h1, h2)
+        runs = np.flatnonzero(np.concatenate([[True], ~same1]))
+        run_of = np.cumsum(np.concatenate([[True], ~same1])) - 1
+        bad = np.unique(run_of[1:][clash])
+        for r in bad.tolist():
+            lo = runs[r]
+            hi = runs[r + 1] if r + 1 < len(runs) else len(order)
+            seg = order[lo:hi]
+            order[lo:hi] = seg[np.lexsort((h2[seg],))]
+        s2 = h2[order]
+    new = np.ones(len(order), bool)
+    new[1:] = ~same1 | (s2[1:] != s2[:-1])
+    return order, np.flatnonzero(new)
+
+
+def window_counts(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None,
+                  line_keys: pd.DataFrame | None, line_changes: pd.DataFrame | None, text_column: str, drop: bool,
+                  rule: SpanRule, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Every first hash of a window of this partition's surviving documents once, with its count here
+    (`COUNTS_META`): what the first move carries."""
+    number = partition_info["number"] if partition_info else 0
+    chunks = _survivor_chunks(part, feat, roots, text_column, drop, Before(line_keys, line_changes), rule, number)
+    h1 = np.sort(np.concatenate([np.zeros(0, np.uint64), *(window_keys(tok, rule.size)[0] for _, _, tok in chunks)]))
+    new = np.ones(len(h1), bool)
+    new[1:] = h1[1:] != h1[:-1]
+    starts = np.flatnonzero(new)
+    count = np.diff(np.append(starts, len(h1)))
+    return pd.DataFrame({"h1": h1[starts], "count": count.astype(np.int32),
+                         "part": np.full(len(starts), number, np.int32)})
+
+
+def repeated_keys(rows: pd.DataFrame) -> pd.DataFrame:
+    """Of the first move's rows of a range of first hashes: for each one seen twice or more over the
+    corpus, one row for each partition holding it (`part`), to be sent there."""
+    if rows.empty:
+        return rows.iloc[:0]
+    h1 = rows["h1"].to_numpy(np.uint64)
+    order = np.argsort(h1, kind="stable")
+    s1 = h1[order]
+    new = np.ones(len(s1), bool)
+    new[1:] = s1[1:] != s1[:-1]
+    starts = np.flatnonzero(new)
+    total = np.add.reduceat(rows["count"].to_numpy(np.int64)[order], starts)
+    group = np.cumsum(new) - 1
+    take = order[(total >= 2)[group]]
+    return rows.iloc[take].reset_index(drop=True)
+
+
+def part_of(frame: pd.DataFrame) -> NDArray[np.int64]:
+    """Where a row of `repeated_keys` goes: the partition that counted it."""
+    return frame["part"].to_numpy(np.int64)
 
 
 def partition_windows(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None,
-                      line_keys: pd.DataFrame | None, line_changes: pd.DataFrame | None, id_column: str,
-                      text_column: str, drop: bool, rule: SpanRule,
+                      line_keys: pd.DataFrame | None, line_changes: pd.DataFrame | None, repeated: pd.DataFrame | None,
+                      id_column: str, text_column: str, drop: bool, rule: SpanRule,
                       partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Every window key of this partition's surviving documents once (line dedup's key rows,
-    `dedup.partition.lines.LINE_COLUMNS`: `line` is the window's first token's position, `words` the
+    """Every window key of this partition's surviving documents that is `repeated` (this partition's
+    rows of `repeated_keys`; None: every key) once, as line dedup's key rows
+    (`dedup.partition.lines.LINE_COLUMNS`: `line` is the window's first token's position, `words` the
     window's tokens): its count here, its first occurrence here (the smallest id, then position)."""
     number = partition_info["number"] if partition_info else 0
-    _, tok, _ = _survivor_tokens(part, feat, roots, text_column, drop, Before(line_keys, line_changes), rule, number)
-    h1, h2, first = window_keys(tok, rule.size)
-    doc = tok.doc[first] if len(first) else np.zeros(0, np.int64)
-    pos = first - tok.offsets[doc] if len(first) else np.zeros(0, np.int64)
+    wanted_h1 = pd.Index(np.unique(repeated["h1"].to_numpy(np.uint64))) if repeated is not None else None
+    parts: list[tuple[NDArray[np.uint64], NDArray[np.uint64], NDArray[np.int64], NDArray[np.int64]]] = []
+    for lo, _, tok in _survivor_chunks(part, feat, roots, text_column, drop, Before(line_keys, line_changes), rule,
+                                       number):
+        h1, h2, first = window_keys(tok, rule.size)
+        if wanted_h1 is not None:
+            wanted = wanted_h1.get_indexer(h1) >= 0
+            h1, h2, first = h1[wanted], h2[wanted], first[wanted]
+        d = tok.doc[first] if len(first) else np.zeros(0, np.int64)
+        parts.append((h1, h2, lo + d, first - tok.offsets[d] if len(first) else np.zeros(0, np.int64)))
+    h1, h2, doc, pos = (np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, t)
+                        for i, t in enumerate((np.uint64, np.uint64, np.int64, np.int64)))
     ids = part[id_column].to_numpy()
     rank = np.empty(len(ids), np.int64)
     rank[np.argsort(ids, kind="stable")] = np.arange(len(ids))
-    order = np.lexsort((pos, rank[doc], h2, h1))
-    h1, h2, doc, pos = h1[order], h2[order], doc[order], pos[order]
-    new = np.ones(len(h1), bool)
-    new[1:] = (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])
-    starts = np.flatnonzero(new)
-    count = np.diff(np.append(starts, len(h1)))
+    order, starts = _grouped(h1, h2)
+    rank_pos = (rank[doc] << 32 | pos)[order]
+    best = np.minimum.reduceat(rank_pos, starts) if len(starts) else np.zeros(0, np.int64)
+    by_rank = np.argsort(rank)
+    fdoc, fpos = by_rank[best >> 32], best & 0xFFFFFFFF
+    count = np.diff(np.append(starts, len(order)))
+    at = order[starts]
     zeros = np.zeros(len(starts), np.int64)
-    out = pd.DataFrame({"h1": h1[starts], "h2": h2[starts], "count": count.astype(np.int64),
-                        "doc": doc_keys(number, len(part))[doc[starts]], "line": pos[starts].astype(np.int32),
+    out = pd.DataFrame({"h1": h1[at], "h2": h2[at], "count": count.astype(np.int64),
+                        "doc": doc_keys(number, len(part))[fdoc], "line": fpos.astype(np.int32),
                         "part": np.full(len(starts), number, np.int64), "words": np.full(len(starts), rule.size, np.int64),
                         "chars": zeros, "first_chars": zeros})
-    out["_id"] = pd.Series(ids[doc[starts]], dtype=part[id_column].dtype).to_numpy() if len(starts) else \
+    out["_id"] = pd.Series(ids[fdoc], dtype=part[id_column].dtype).to_numpy() if len(starts) else \
         part[id_column].iloc[:0].to_numpy()
     return out
 
 
-def removed_tokens(tok: Tokens, keys: NDArray[np.int64], settled: pd.DataFrame, rule: SpanRule) -> NDArray[np.bool_]:
+def removed_tokens(tok: Tokens, keys: NDArray[np.int64], settled: pd.DataFrame | KeyLookup,
+                   rule: SpanRule) -> NDArray[np.bool_]:
     """Per token of `tok` (of texts keyed `keys`): whether a repeated window covers it. `settled`:
     this partition's rows of the keys seen twice or more (`settle_keys`), each with its first
     occurrence, which with keep "first" stays."""
     n = len(tok.start)
-    if settled.empty or not n:
+    lookup = settled if isinstance(settled, KeyLookup) else KeyLookup(settled)
+    if lookup.frame.empty or not n:
         return np.zeros(n, bool)
     h1, h2, first = window_keys(tok, rule.size)
-    at = _settled_row(h1, h2, settled)
+    at = lookup.rows(h1, h2)
+    settled = lookup.frame
     hit = np.flatnonzero(at >= 0)
     if rule.keep == "first":
         doc = tok.doc[first[hit]]
@@ -178,14 +277,24 @@ def span_changes(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | N
     word left, or dropped because its cut text holds a protected n-gram."""
     number = partition_info["number"] if partition_info else 0
     keys = doc_keys(number, len(part))
-    texts, tok, _ = _survivor_tokens(part, feat, roots, text_column, drop, Before(line_keys, line_changes), rule, number)
+    lookup = KeyLookup(settled)
+    found = [_chunk_changes(texts, tok, keys[lo:lo + len(texts)], lookup, protected, rule)
+             for lo, texts, tok in _survivor_chunks(part, feat, roots, text_column, drop,
+                                                    Before(line_keys, line_changes), rule, number)]
+    found = [f for f in found if len(f)]
+    return pd.concat(found, ignore_index=True) if found else SPAN_CHANGES_META.copy()
+
+
+def _chunk_changes(texts: pa.Array, tok: Tokens, keys: NDArray[np.int64], settled: KeyLookup,
+                   protected: ProtectedNgrams | None, rule: SpanRule) -> pd.DataFrame:
+    """`span_changes` of a run of documents (`texts`, keyed `keys`, their survivors' tokens `tok`)."""
     gone = removed_tokens(tok, keys, settled, rule)
     if not gone.any():
         return SPAN_CHANGES_META.copy()
     doc = tok.doc
     lost = np.unique(doc[gone])
     new = cut(texts, tok, gone)
-    after = [new[d] or "" for d in lost.tolist()]
+    after = [new[d] for d in lost.tolist()]
     words = encode_batch(after).num_words
     fate = np.where(words == 0, EMPTIED_BY_LINES, KEPT).astype(np.int8)
     source = np.full(len(lost), -1, np.int32)
@@ -197,11 +306,12 @@ def span_changes(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | N
         fate[left[found]] = CONTAMINATED_BY_LINES
         source[left[found]], gram[left[found]] = rec[found], hit[found]
     runs = _runs(gone, doc)
-    runs = np.concatenate([runs, np.zeros(max(0, len(part) - len(runs)), np.int64)])
-    return pd.DataFrame({"doc": keys[lost], "tokens": np.bincount(doc[gone], minlength=len(part))[lost],
-                         "spans": runs[lost], "before": np.asarray([len(texts[d] or "") for d in lost.tolist()], np.int64),
+    runs = np.concatenate([runs, np.zeros(max(0, len(texts) - len(runs)), np.int64)])
+    return pd.DataFrame({"doc": keys[lost], "tokens": np.bincount(doc[gone], minlength=len(texts))[lost],
+                         "spans": runs[lost], "before": np.asarray(pc.utf8_length(texts.take(pa.array(lost))).to_numpy(
+                             zero_copy_only=False), np.int64),
                          "after": np.asarray([len(t) for t in after], np.int64), "fate": fate, "source": source,
-                         "source_gram": gram})
+                         "source_gram": gram, "text": pd.Series(after, dtype=object).to_numpy()})
 
 
 def span_counts(changes: pd.DataFrame) -> pd.DataFrame:
@@ -241,17 +351,15 @@ def with_span_drops(feat: pd.DataFrame, changes: pd.DataFrame | None) -> pd.Data
     return out
 
 
-def without_spans(texts: pa.Array | pa.ChunkedArray, keys: NDArray[np.int64], settled: pd.DataFrame,
-                  survive: NDArray[np.bool_], rule: SpanRule) -> pa.Array:
-    """`texts` (of documents keyed `keys`, as the passes before leave them) with the surviving ones'
-    repeated spans cut; of the input's Arrow type."""
-    values = texts.to_pylist()
-    tok = tokens([t if k else None for t, k in zip(values, survive)], rule.unit)
-    gone = removed_tokens(tok, keys, settled, rule)
-    if not gone.any():
+def without_spans(texts: pa.Array | pa.ChunkedArray, keys: NDArray[np.int64], changes: pd.DataFrame) -> pa.Array:
+    """`texts` (of documents keyed `keys`, as the passes before leave them) with the new text of each
+    document `changes` (this partition's `span_changes`) holds; of the input's Arrow type."""
+    large = string_array(texts, "span dedup").cast(pa.large_string())
+    at = np.flatnonzero(np.isin(keys, changes["doc"].to_numpy(np.int64)))
+    if not len(at):
         return texts if isinstance(texts, pa.Array) else texts.combine_chunks()
-    return pa.array(cut(values, tok, gone), pa.large_string()).cast(texts.type)
-
+    by_doc = dict(zip(changes["doc"].tolist(), changes["text"].tolist()))
+    return with_cuts(large, {int(i): by_doc[int(keys[i])] for i in at}).cast(texts.type)
 
 
 def window_texts(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, line_keys: pd.DataFrame | None,
