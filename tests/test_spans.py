@@ -20,10 +20,9 @@ from hypothesis import strategies as st
 
 from dedup.core.spans import covered, cut, tokens, window_keys
 from dedup.job.pipeline import run
-from dedup.partition import lines as part_lines
 from dedup.partition import spans as part_spans
 from dedup.partition.keyspace import doc_keys
-from tests.conftest import DEDUP, kill_after, parquet_digests, run_command, write_shards
+from tests.conftest import DEDUP, chromium, kill_after, parquet_digests, run_command, write_shards
 from tests.reference import DROPPED, _span_tokens, ref_clusters, ref_lines, ref_span_removed, ref_spans
 
 WORDS = ["the", "The", "cat", "sat", "on", "mat", "猫", "が", "座った", "naïve", "nai\u0308ve", "🙂", "x_1", "ÉTÉ",
@@ -51,7 +50,7 @@ def _steps(texts: list[str | None], ids: list[str], parts: int, rule: part_spans
     rows = pd.concat([part_spans.partition_windows(p, f, None, None, None, repeated[repeated["part"] == n], "id", "text",
                                                    True, rule, {"number": n})
                       for n, (p, f) in enumerate(zip(pieces, feats))], ignore_index=True)
-    settled = part_lines.settle_keys(rows, 2, 1)
+    settled = part_spans.settle_windows(rows)
     out: dict[str, str | None] = {}
     for n, (p, f) in enumerate(zip(pieces, feats)):
         mine = settled[settled["part"] == n].reset_index(drop=True)
@@ -185,6 +184,20 @@ def test_run_with_lines_and_spans_cuts_the_survivors_texts(client, tmp_path: Pat
     assert m["spans"]["documents_contaminated"] == len(cut_contaminated)
     top = m["spans"]["top_spans"][0]
     assert top["copies"] >= 30 and top["text"] in texts[0]
+    from selenium.webdriver.common.by import By
+
+    d = chromium()
+    try:
+        d.get((tmp_path / "out" / m["report"]).as_uri())
+        shown = [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in d.find_elements(By.CSS_SELECTOR, "#top-spans tr")]
+        shares = [int(r.find_elements(By.TAG_NAME, "td")[1].text.replace(",", ""))
+                  for r in d.find_elements(By.CSS_SELECTOR, "#span-shares tr") if r.find_elements(By.TAG_NAME, "td")]
+        counts = {e.get_attribute("data-key"): e.text for e in d.find_elements(By.CSS_SELECTOR, "#counts td[data-key]")}
+    finally:
+        d.quit()
+    assert shown[1][:3] == [f"{top['copies']:,}", top["text"], top["document"]]
+    assert shares == m["spans"]["share_histogram"] and sum(shares) == m["spans"]["documents_changed"]
+    assert counts["contaminated after span dedup, dropped"] == f"{len(cut_contaminated):,}"
 
 
 def test_dedup_spans_keeps_every_column_and_the_same_bytes_however_it_runs(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ class Spans(Step):
         line_keys, line_changes = (job.line_keys, job.line_changes) if s.lines else (None, None)
         drop = s.drop and s.near
         prot = shared(s.protected) if s.protected is not None else None
-        meta = part_lines.firsts_meta(ddf._meta[s.id_column].dtype)
+        meta = part_spans.windows_meta(ddf._meta[s.id_column].dtype)
         # the first move: every first hash with its count, 16 bytes a row; those seen twice come back
         counted = dd.map_partitions(part_spans.window_counts, ddf, feat, roots, line_keys, line_changes, s.text_column,
                                     drop, s.spans, meta=part_spans.COUNTS_META, align_dataframes=False)
@@ -60,8 +60,10 @@ class Spans(Step):
         windows = dd.map_partitions(part_spans.partition_windows, ddf, feat, roots, line_keys, line_changes, repeated,
                                     s.id_column, s.text_column, drop, s.spans, meta=meta, align_dataframes=False)
         ranged = route_by(windows, partial(part_lines.key_part, npartitions=n), n)
-        settled = ranged.map_partitions(part_lines.settle_keys, 2, 1, meta=meta)
-        back = route_by(settled, part_lines.to_partition, n)
+        settled = ranged.map_partitions(part_spans.settle_windows, meta=meta)
+        holders = settled.map_partitions(part_spans.to_holders, meta=part_spans.SETTLED_META.assign(
+            part=pd.Series(dtype=np.int32)))
+        back = route_by(holders, part_spans.part_of, n)
         changes = dd.map_partitions(part_spans.span_changes, ddf, feat, roots, line_keys, line_changes, back,
                                     s.text_column, drop, prot, s.spans, meta=part_spans.SPAN_CHANGES_META,
                                     align_dataframes=False)

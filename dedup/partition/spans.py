@@ -1,19 +1,22 @@
 """Exact substring (span) dedup per partition (docs/contract.md, section 6c), on the documents the
-earlier passes keep (the survivors, their texts as line dedup leaves them), in three steps around two
-moves, as line dedup's (`dedup.partition.lines`), whose key routing it shares:
+earlier passes keep (the survivors, their texts as line dedup leaves them), in three steps around
+three moves, routed by key as line dedup's are (`dedup.partition.lines.key_part`):
 
-1. `partition_windows`: at each input partition, every key of a k-token window of its surviving
-   documents once, with how often it occurs there and its first occurrence there (the smallest id,
-   then the first position);
-2. routed by key, `settle_keys` (line dedup's, every window having k words): each key seen twice or
-   more over the corpus, with its first occurrence, sent to every partition holding it;
-3. at each input partition again, `span_changes`: the tokens a repeated window covers (with keep
-   "first", every window but the key's first occurrence; with "none", every one), cut from the
-   texts (`dedup.core.spans.cut`), and the documents left without a word or, cut, holding a
-   protected n-gram dropped.
+1. `window_counts`: at each input partition, the first hash of every k-token window of its surviving
+   documents once, with its count there (16 bytes a row); routed by hash, `repeated_keys`: the first
+   hashes seen twice or more over the corpus, sent back to the partitions holding them;
+2. `partition_windows`: at each partition again, the windows with such a first hash, once a key
+   (both hashes), with their count and first occurrence there; routed by key, `settle_windows`: each
+   key seen twice or more over the corpus, with its first occurrence, sent to every partition
+   holding it (`to_holders`);
+3. `span_changes`: at each partition, the tokens a repeated window covers (with keep "first", every
+   window but the key's first occurrence; with "none", every one), cut from the texts
+   (`dedup.core.spans.cut`), and the documents left without a word or, cut, holding a protected
+   n-gram dropped; the new texts go to the write with them.
 
-A key is two independent 64-bit polynomial hashes of the window's token hashes: a key occurring in
-every document moves as one row a partition, so no task holds more than its partition's windows.
+A key is two independent 64-bit polynomial hashes of the window's token hashes; a partition's
+documents are tokenised a few thousand at a time (`TOKEN_CHUNK`), so no task holds more than its
+partition's window keys, whatever the corpus or a key's copies.
 """
 
 from __future__ import annotations
@@ -176,6 +179,45 @@ def window_counts(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | 
                          "part": np.full(len(starts), number, np.int32)})
 
 
+def windows_meta(id_dtype: Any) -> pd.DataFrame:
+    """A window key's row of the second move (`partition_windows`, `settle_windows`): its hashes, its
+    count, its first occurrence (document key, first token, id) and the partition that counted it."""
+    return pd.DataFrame({"h1": pd.Series(dtype=np.uint64), "h2": pd.Series(dtype=np.uint64),
+                         "count": pd.Series(dtype=np.int64), "doc": pd.Series(dtype=np.int64),
+                         "line": pd.Series(dtype=np.int32), "part": pd.Series(dtype=np.int32),
+                         "_id": pd.Series(dtype=id_dtype)})
+
+
+SETTLED_META = pd.DataFrame({"h1": pd.Series(dtype=np.uint64), "h2": pd.Series(dtype=np.uint64),
+                             "doc": pd.Series(dtype=np.int64), "line": pd.Series(dtype=np.int32)})
+"""A repeated key as the partitions holding it receive it: its hashes and its first occurrence."""
+
+
+def settle_windows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Of the second move's rows of a range of keys: for each key seen twice or more over the corpus,
+    its count and its first occurrence over the corpus (the smallest id, then position), one row for
+    each partition holding it (`part`)."""
+    if rows.empty:
+        return rows.iloc[:0]
+    by = rows.sort_values(["h1", "h2", "_id", "line"], kind="stable").reset_index(drop=True)
+    h1, h2 = by["h1"].to_numpy(np.uint64), by["h2"].to_numpy(np.uint64)
+    new = np.ones(len(by), bool)
+    new[1:] = (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])
+    starts = np.flatnonzero(new)
+    group = np.cumsum(new) - 1
+    total = np.add.reduceat(by["count"].to_numpy(np.int64), starts)
+    wanted = (total >= 2)[group]
+    first = starts[group][wanted]
+    return pd.DataFrame({"h1": h1[wanted], "h2": h2[wanted], "count": total[group][wanted],
+                         "doc": by["doc"].to_numpy(np.int64)[first], "line": by["line"].to_numpy(np.int32)[first],
+                         "part": by["part"].to_numpy(np.int32)[wanted], "_id": by["_id"].to_numpy()[first]})
+
+
+def to_holders(settled: pd.DataFrame) -> pd.DataFrame:
+    """`settle_windows`' rows as the partitions holding them need them (`SETTLED_META`)."""
+    return settled[["h1", "h2", "doc", "line", "part"]]
+
+
 def repeated_keys(rows: pd.DataFrame) -> pd.DataFrame:
     """Of the first move's rows of a range of first hashes: for each one seen twice or more over the
     corpus, one row for each partition holding it (`part`), to be sent there."""
@@ -202,10 +244,9 @@ def partition_windows(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFram
                       line_keys: pd.DataFrame | None, line_changes: pd.DataFrame | None, repeated: pd.DataFrame | None,
                       id_column: str, text_column: str, drop: bool, rule: SpanRule,
                       partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Every window key of this partition's surviving documents that is `repeated` (this partition's
-    rows of `repeated_keys`; None: every key) once, as line dedup's key rows
-    (`dedup.partition.lines.LINE_COLUMNS`: `line` is the window's first token's position, `words` the
-    window's tokens): its count here, its first occurrence here (the smallest id, then position)."""
+    """Every window key of this partition's surviving documents whose first hash is `repeated` (this
+    partition's rows of `repeated_keys`; None: every key) once (`windows_meta`): its count here, its
+    first occurrence here (the smallest id, then position: `doc`, `line`, `_id`)."""
     number = partition_info["number"] if partition_info else 0
     wanted_h1 = pd.Index(np.unique(repeated["h1"].to_numpy(np.uint64))) if repeated is not None else None
     parts: list[tuple[NDArray[np.uint64], NDArray[np.uint64], NDArray[np.int64], NDArray[np.int64]]] = []
@@ -229,11 +270,9 @@ def partition_windows(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFram
     fdoc, fpos = by_rank[best >> 32], best & 0xFFFFFFFF
     count = np.diff(np.append(starts, len(order)))
     at = order[starts]
-    zeros = np.zeros(len(starts), np.int64)
     out = pd.DataFrame({"h1": h1[at], "h2": h2[at], "count": count.astype(np.int64),
                         "doc": doc_keys(number, len(part))[fdoc], "line": fpos.astype(np.int32),
-                        "part": np.full(len(starts), number, np.int64), "words": np.full(len(starts), rule.size, np.int64),
-                        "chars": zeros, "first_chars": zeros})
+                        "part": np.full(len(starts), number, np.int32)})
     out["_id"] = pd.Series(ids[fdoc], dtype=part[id_column].dtype).to_numpy() if len(starts) else \
         part[id_column].iloc[:0].to_numpy()
     return out
