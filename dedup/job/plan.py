@@ -15,7 +15,17 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dedup.config import CLUSTER_MODES, COMPONENT_MODES, MAX_CONTAMINATED, MAX_LINES_REMOVED, MIN_COPIES, MIN_LINE_WORDS, Params
+from dedup.config import (
+    CLUSTER_MODES,
+    COMPONENT_MODES,
+    MAX_CONTAMINATED,
+    MAX_LINES_REMOVED,
+    MIN_COPIES,
+    MIN_LINE_WORDS,
+    PARTITION_ROWS,
+    SPAN_PARTITION_ROWS,
+    Params,
+)
 from dedup.job.counts import Report
 from dedup.job.fingerprint import fingerprint
 from dedup.job.notices import log_banding, warn, warn_unspaced
@@ -117,7 +127,8 @@ class Options:
     decontamination). `drop`: near duplicates removed (else only tagged). `components`: where the
     confirmed graph is joined ("auto", "client", "distributed"). `features_on_disk`: the features kept
     on disk (True), in worker memory (False), or as memory allows (None, `dedup.job.memory`).
-    `partition_rows`: how many rows of small consecutive shards are read as one partition. `dry_run`:
+    `partition_rows`: how many rows of small consecutive shards are read as one partition (None:
+    `PARTITION_ROWS`, with span dedup `SPAN_PARTITION_ROWS`). `dry_run`:
     OUTPUT gets only the manifest and the report. `write_report`: `_report/` (the page and the removed
     list). `against`: earlier OUTPUTs whose indexes this run's documents are compared with;
     `skip_existing`: documents whose id one holds are skipped, not refused. `write_index`: `_index/`
@@ -141,7 +152,7 @@ class Options:
     components: str = "auto"
     retries: int = 2
     features_on_disk: bool | None = None
-    partition_rows: int = shards_mod.PARTITION_ROWS
+    partition_rows: int | None = None
     dry_run: bool = False
     write_report: bool = True
     against: Sequence[str] = ()
@@ -200,7 +211,9 @@ class Options:
                              "documents, not their lines, so lines repeated across releases could not be found. Run "
                              "`dedup lines` on the new crawl first, then `dedup near --against` on its output.")
         p = self.partition_rows
-        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+        if p is None:
+            object.__setattr__(self, "partition_rows", SPAN_PARTITION_ROWS if self.spans else PARTITION_ROWS)
+        elif isinstance(p, bool) or not isinstance(p, int) or p < 1:
             raise UsageError(f"The 'partition_rows' parameter must be an integer >= 1. Got {p!r} instead.")
         if self.against and not self.near:
             raise UsageError("--against compares documents with an earlier output's near-dedup index; it needs `run` "
@@ -289,8 +302,10 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     if o.spans:
         chosen.update(spans=True, span_tokens=o.span_tokens, spans_keep=o.spans_keep)
     staging = Staging(output, fingerprint(found, params, chosen, prot, parts), restart=o.restart)
-    groups = shards_mod.partitions(found, rows=o.partition_rows)
-    if big := shards_mod.oversized_groups(found, rows=o.partition_rows):
+    rows = o.partition_rows
+    assert rows is not None  # resolved as the options were made
+    groups = shards_mod.partitions(found, rows=rows)
+    if big := shards_mod.oversized_groups(found, rows=rows):
         log.info("%d input file(s) hold a row group above the partition bound (%s: %d rows): each is read in row "
                  "ranges that decode it from its start; row groups of at most %d rows read faster", len(big),
                  big[0][0].path, big[0][1], o.partition_rows)
