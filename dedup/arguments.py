@@ -152,8 +152,8 @@ def _add_runtime(p: argparse.ArgumentParser) -> None:
                         "features, about 0.6 KB a document, fit its memory; nothing spills to disk)")
     r.add_argument("--partition-rows", type=int, metavar="N", default=None,
                    help=f"read consecutive small shards together until a partition holds N rows (default "
-                        f"{PARTITION_ROWS:,}, {SPAN_PARTITION_ROWS:,} with span dedup; a larger file is read as several partitions, by row groups, and written "
-                        "back as one file): fewer, larger partitions "
+                        f"{PARTITION_ROWS:,}, {SPAN_PARTITION_ROWS:,} with span dedup; a larger file is read as several "
+                        "partitions, by row groups, and written back as one file): fewer, larger partitions "
                         "mean fewer tasks (faster on a small cluster) and more memory a task; the shards written are the "
                         "same, and so is the report; the index is laid out by partition")
     o = p.add_argument_group("output")
