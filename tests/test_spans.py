@@ -62,7 +62,7 @@ def _steps(texts: list[str | None], ids: list[str], parts: int, rule: part_spans
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(texts_strategy, st.integers(1, 3), st.integers(1, 6), st.sampled_from(["first", "none"]),
        st.sampled_from(["word", "char"]), st.sampled_from([1, 3, part_spans.TOKEN_CHUNK]),
        st.randoms(use_true_random=False))
@@ -80,7 +80,7 @@ def test_the_partition_steps_cut_what_the_reference_cuts(texts: list[str | None]
     assert got == ref_spans(ids, texts, k, keep, unit)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(texts_strategy, st.integers(1, 8), st.sampled_from(["word", "char"]))
 def test_keep_none_removes_what_a_suffix_array_finds_repeated(texts: list[str | None], k: int, unit: str) -> None:
     """Lee et al.'s rule, read off a suffix array over the token keys (documents apart by distinct

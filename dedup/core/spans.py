@@ -22,7 +22,7 @@ CHAR = re.compile(r"\w")
 """A token: a run of word characters (the word unit), or one word character (the char unit)."""
 
 BASE1, BASE2 = np.uint64(0x100000001B3), np.uint64(0x9E3779B97F4A7C15 | 1)
-"""The two odd bases of a window's polynomial keys (`dedup.core._kernels.rolling_window_keys`)."""
+"""The two odd bases of a window's polynomial keys (`dedup.core._span_kernels.rolling_window_keys`)."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def tokens(texts: list[str | None] | pa.Array, unit: str = "word") -> Tokens:
     "char") in the text as it is, at its character position, keyed by its lowercase form. ASCII texts
     with words as the unit are read in place by a compiled loop (for ASCII, Python's `\\w` is
     [A-Za-z0-9_] and a byte a character); the others by Python's `re`, the same tokens."""
-    from dedup.core import _kernels
+    from dedup.core import _kernels, _span_kernels
     from dedup.core.text import _ASCII_LOWER, _ASCII_WORD, string_array
 
     array = string_array(texts, "span dedup") if isinstance(texts, (pa.Array, pa.ChunkedArray)) else \
@@ -66,7 +66,7 @@ def tokens(texts: list[str | None] | pa.Array, unit: str = "word") -> Tokens:
         end[null] = start[null]
     other = _kernels.non_ascii(data, start, end).astype(bool) if unit == "word" else end > start
     fast_end = np.where(other, start, end)
-    tok_start, tok_end, counts = _kernels.ascii_token_spans(data, start, fast_end, _ASCII_WORD)
+    tok_start, tok_end, counts = _span_kernels.ascii_token_spans(data, start, fast_end, _ASCII_WORD)
     lowered = _ASCII_LOWER[data] if len(data) else data
     h1, h2 = _kernels.text_keys(lowered, tok_start, tok_end)
     doc = np.repeat(np.arange(n), counts)
@@ -98,9 +98,9 @@ def tokens(texts: list[str | None] | pa.Array, unit: str = "word") -> Tokens:
 
 def window_keys(tok: Tokens, size: int) -> tuple[NDArray[np.uint64], NDArray[np.uint64], NDArray[np.int64]]:
     """The two keys of every `size`-token window (text order, then position) and its first token."""
-    from dedup.core import _kernels
+    from dedup.core import _span_kernels
 
-    k1, k2, first = _kernels.rolling_window_keys(tok.h1, tok.h2, tok.offsets, size, BASE1, BASE2)
+    k1, k2, first = _span_kernels.rolling_window_keys(tok.h1, tok.h2, tok.offsets, size, BASE1, BASE2)
     return np.asarray(k1, np.uint64), np.asarray(k2, np.uint64), np.asarray(first, np.int64)
 
 

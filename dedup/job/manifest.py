@@ -120,7 +120,7 @@ def build_manifest(plan: Plan, job: Job, output_rows: int) -> dict[str, Any]:
                    "near_duplicates": report.index_near_duplicates, "bytes": report.index_bytes,
                    "bytes_per_document": (round(report.index_bytes / report.index_documents, 1)
                                           if report.index_documents else None)}
-                  if writes_index(plan.options) and plan.shards else None),
+                  if writes_index(plan.options) and not plan.options.dry_run and plan.shards else None),
         "removed": removed.REMOVED if plan.options.write_report else None,
         **({"resumed": resumed} if (resumed := job.kept.summary()) else {}),
     }

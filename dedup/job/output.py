@@ -54,7 +54,7 @@ class Write(Step):
         assert plan is not None
         report, params, staging, groups = job.report, s.params, plan.staging, plan.groups
         near, dry_run = s.near, plan.options.dry_run
-        write_index = writes_index(plan.options)
+        write_index = writes_index(plan.options) and not dry_run
         if plan.options.write_index and near and not dry_run and not write_index:
             log.info("no index written: line or span dedup changed the texts near dedup compared, so a later "
                      "--against could not continue from this OUTPUT")

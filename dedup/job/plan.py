@@ -225,10 +225,10 @@ class Options:
 
 
 def writes_index(o: Options) -> bool:
-    """Whether the run writes `_index/` (not in a dry run, which writes no shards): near dedup asked
-    for one, and no pass changed the texts near dedup compared (lines, spans), which a later
-    `--against` reads back from OUTPUT."""
-    return o.write_index and o.near and not o.lines and not o.spans and not o.dry_run
+    """Whether the run builds `_index/` (a dry run builds its bands and ids, which the run that
+    publishes it reuses, but writes no docs files): near dedup asked for one, and no pass changed
+    the texts near dedup compared (lines, spans), which a later `--against` reads back from OUTPUT."""
+    return o.write_index and o.near and not o.lines and not o.spans
 
 
 def prepare(input: str, output: str, options: Options | None = None) -> Plan:
