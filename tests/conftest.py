@@ -107,6 +107,20 @@ def skewed_frame(corpus_frame: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([corpus_frame, near], ignore_index=True).sample(frac=1.0, random_state=1).reset_index(drop=True)
 
 
+def clean_partitions(frame: pd.DataFrame, parts: int) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+    """`frame` (id, text) cut into `parts` consecutive partitions, each beside the features frame a
+    partition step reads of it (`_id`, `doc`, `source`, `skipped`), every document clean and kept."""
+    import numpy as np
+
+    from dedup.partition.keyspace import doc_keys
+
+    bounds = np.linspace(0, len(frame), parts + 1).astype(int)
+    pieces = [frame.iloc[lo:hi].reset_index(drop=True) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [(p, pd.DataFrame({"_id": p["id"].to_numpy(object), "doc": doc_keys(n, len(p)),
+                              "source": np.full(len(p), -1, np.int32), "skipped": np.zeros(len(p), bool)}))
+            for n, p in enumerate(pieces)]
+
+
 def write_shards(frame: pd.DataFrame, directory: Path, shards: int) -> Path:
     """Write `frame` as `shards` Parquet files (round robin rows) into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from dedup.job.pipeline import run
 from dedup.partition import lines as part_lines
 from dedup.partition.keyspace import doc_keys
 from dedup.storage.safety import UsageError
-from tests.conftest import DEDUP, chromium, kill_after, parquet_digests, run_command, write_shards
+from tests.conftest import DEDUP, chromium, clean_partitions, kill_after, parquet_digests, run_command, write_shards
 from tests.reference import DROPPED, ref_clusters, ref_lines, ref_removed_lines
 
 NO_GUARD = {"max_lines_removed": 1.0}
@@ -81,11 +81,7 @@ def test_the_partition_steps_remove_the_lines_the_reference_removes(texts: list[
     ids = [f"d{i:03d}" for i in range(len(texts))]
     rnd.shuffle(ids)
     frame = pd.DataFrame({"id": ids, "text": pd.Series(texts, dtype=object)})
-    bounds = np.linspace(0, len(frame), parts + 1).astype(int)
-    pieces = [frame.iloc[lo:hi].reset_index(drop=True) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    feats = [pd.DataFrame({"_id": p["id"].to_numpy(object), "doc": doc_keys(n, len(p)),
-                           "source": np.full(len(p), -1, np.int32), "skipped": np.zeros(len(p), bool)})
-             for n, p in enumerate(pieces)]
+    pieces, feats = zip(*clean_partitions(frame, parts))
     firsts = pd.concat([part_lines.partition_firsts(p, f, None, "id", "text", True, {"number": n})
                         for n, (p, f) in enumerate(zip(pieces, feats))], ignore_index=True)
     settled = part_lines.settle_keys(firsts, min_copies, min_words)

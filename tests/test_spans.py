@@ -22,7 +22,7 @@ from dedup.core.spans import covered, cut, tokens, window_keys
 from dedup.job.pipeline import run
 from dedup.partition import spans as part_spans
 from dedup.partition.keyspace import doc_keys
-from tests.conftest import DEDUP, chromium, kill_after, parquet_digests, run_command, write_shards
+from tests.conftest import DEDUP, chromium, clean_partitions, kill_after, parquet_digests, run_command, write_shards
 from tests.reference import DROPPED, _span_tokens, ref_clusters, ref_lines, ref_span_removed, ref_spans
 
 WORDS = ["the", "The", "cat", "sat", "on", "mat", "猫", "が", "座った", "naïve", "nai\u0308ve", "🙂", "x_1", "ÉTÉ",
@@ -39,11 +39,7 @@ texts_strategy = st.lists(st.one_of(st.none(), words_text, words_text.map(lambda
 def _steps(texts: list[str | None], ids: list[str], parts: int, rule: part_spans.SpanRule) -> dict[str, str | None]:
     """The partition steps without a cluster: windows per partition, settled over all, sent back, cut."""
     frame = pd.DataFrame({"id": ids, "text": pd.Series(texts, dtype=object)})
-    bounds = np.linspace(0, len(frame), parts + 1).astype(int)
-    pieces = [frame.iloc[lo:hi].reset_index(drop=True) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    feats = [pd.DataFrame({"_id": p["id"].to_numpy(object), "doc": doc_keys(n, len(p)),
-                           "source": np.full(len(p), -1, np.int32), "skipped": np.zeros(len(p), bool)})
-             for n, p in enumerate(pieces)]
+    pieces, feats = zip(*clean_partitions(frame, parts))
     counts = pd.concat([part_spans.window_counts(p, f, None, None, None, "text", True, rule, {"number": n})
                         for n, (p, f) in enumerate(zip(pieces, feats))], ignore_index=True)
     repeated = part_spans.repeated_keys(counts)
@@ -203,7 +199,8 @@ def test_run_with_lines_and_spans_cuts_the_survivors_texts(client, tmp_path: Pat
 def test_dedup_spans_keeps_every_column_and_the_same_bytes_however_it_runs(tmp_path: Path) -> None:
     """`dedup spans` in a subprocess: every other column (timestamps, nested lists and structs, nulls)
     and the row order as read, dictionary texts in their type; keep none; the same bytes on one
-    thread as on two workers, and after a kill once the spans stage has ended; bad values refused."""
+    thread as on two workers, and on two threads after a kill once the spans stage has ended; bad
+    values refused."""
     rng = random.Random(2)
     vocab = [f"v{i}" for i in range(300)]
     shared = " ".join(rng.choice(vocab) for _ in range(20))
@@ -238,7 +235,7 @@ def test_dedup_spans_keeps_every_column_and_the_same_bytes_however_it_runs(tmp_p
     threads = run_command([*cmd[:5], str(tmp_path / "one"), *cmd[6:-4], "--threads", "1", *cmd[-2:]])
     assert threads.returncode == 0, threads.stderr
     assert parquet_digests(tmp_path / "one") == parquet_digests(tmp_path / "out")
-    killed = [*cmd[:5], str(tmp_path / "again"), *cmd[6:]]
+    killed = [*cmd[:5], str(tmp_path / "again"), *cmd[6:-4], "--threads", "2", *cmd[-2:]]
     kill_after(killed, "spans:")
     again = run_command(killed)
     assert again.returncode == 0, again.stderr

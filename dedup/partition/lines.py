@@ -381,20 +381,27 @@ def with_line_drops(feat: pd.DataFrame, changes: pd.DataFrame | None) -> pd.Data
     without a word marked `EMPTIED`, one whose new text holds a protected n-gram marked contaminated
     by it (`source`, `source_gram`, `AFTER_LINES`); so every decision read from it (`row_decisions`,
     the removed list) counts them."""
+    return with_drops(feat, changes, EMPTIED, AFTER_LINES)
+
+
+def with_drops(feat: pd.DataFrame, changes: pd.DataFrame | None, emptied_source: int, flag: str) -> pd.DataFrame:
+    """A features partition with a rewriting pass's drops made (`changes`: its changed documents and
+    their fates, as `line_changes` gives them): `source` `emptied_source` for a document left without
+    a word; for one whose new text holds a protected n-gram, that n-gram's record and gram, and the
+    column `flag` set."""
     if changes is None:
         return feat
-    out = feat.assign(**{AFTER_LINES: np.zeros(len(feat), bool)})
-    fate = changes["fate"].to_numpy()
-    dropped = changes[fate != KEPT]
+    out = feat.assign(**{flag: np.zeros(len(feat), bool)})
+    dropped = changes[changes["fate"].to_numpy() != KEPT]
     if dropped.empty:
         return out
     rows = rows_of(feat, dropped["doc"].to_numpy(np.int64))
     emptied = dropped["fate"].to_numpy() == EMPTIED_BY_LINES
-    source, gram, after = (out[c].to_numpy().copy() for c in ("source", "source_gram", AFTER_LINES))
-    source[rows] = np.where(emptied, EMPTIED, dropped["source"].to_numpy(np.int32))
+    source, gram, after = (out[c].to_numpy().copy() for c in ("source", "source_gram", flag))
+    source[rows] = np.where(emptied, emptied_source, dropped["source"].to_numpy(np.int32))
     gram[rows[~emptied]] = dropped["source_gram"].to_numpy(np.int64)[~emptied]
     after[rows[~emptied]] = True
-    out["source"], out["source_gram"], out[AFTER_LINES] = source, gram, after
+    out["source"], out["source_gram"], out[flag] = source, gram, after
     return out
 
 

@@ -42,11 +42,11 @@ from dedup.partition.lines import (
     KEPT,
     SHARE_BINS,
     KeyLookup,
+    with_drops,
     with_line_drops,
     without_removed_lines,
 )
 from dedup.partition.lines import survivors as line_survivors
-from dedup.partition.rows import rows_of
 
 KEEP_MODES = ("first", "none")
 """`--spans-keep`: the occurrence in the smallest-id document stays (first), or none does (Lee et
@@ -369,24 +369,12 @@ def span_counts(changes: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_span_drops(feat: pd.DataFrame, changes: pd.DataFrame | None) -> pd.DataFrame:
-    """A features partition with span dedup's drops made: a document left without a word marked
-    `EMPTIED_BY_SPANS`, one whose cut text holds a protected n-gram marked contaminated by it
-    (`AFTER_SPANS`); every decision read from it counts them."""
-    if changes is None:
-        return feat
-    out = feat.assign(**{AFTER_SPANS: np.zeros(len(feat), bool)})
-    dropped = changes[changes["fate"].to_numpy() != KEPT]
-    if dropped.empty:
-        return out
-    rows = rows_of(feat, dropped["doc"].to_numpy(np.int64))
-    emptied = dropped["fate"].to_numpy() == EMPTIED_BY_LINES
-    source, gram, after = (out[c].to_numpy().copy() for c in ("source", "source_gram", AFTER_SPANS))
-    source[rows] = np.where(emptied, EMPTIED_BY_SPANS, dropped["source"].to_numpy(np.int32))
-    gram[rows[~emptied]] = dropped["source_gram"].to_numpy(np.int64)[~emptied]
-    after[rows[~emptied]] = True
-    out["source"], out["source_gram"], out[AFTER_SPANS] = source, gram, after
-    if AFTER_LINES in out.columns:  # contaminated after spans, not after lines
-        out[AFTER_LINES] = out[AFTER_LINES].to_numpy() & ~after
+    """A features partition with span dedup's drops made (`with_drops`): a document left without a
+    word marked `EMPTIED_BY_SPANS`, one whose cut text holds a protected n-gram marked contaminated by
+    it (`AFTER_SPANS`, and no longer `AFTER_LINES`); every decision read from it counts them."""
+    out = with_drops(feat, changes, EMPTIED_BY_SPANS, AFTER_SPANS)
+    if changes is not None and AFTER_LINES in out.columns:  # contaminated after spans, not after lines
+        out[AFTER_LINES] = out[AFTER_LINES].to_numpy() & ~out[AFTER_SPANS].to_numpy()
     return out
 
 
