@@ -68,11 +68,12 @@ class Spans(Step):
                                     s.text_column, drop, prot, s.spans, meta=part_spans.SPAN_CHANGES_META,
                                     align_dataframes=False)
         counts = changes.map_partitions(part_spans.span_counts, meta=part_spans.SPAN_COUNTS_META)
-        top = settled.map_partitions(part_lines.top_keys, meta=meta)
+        top = settled.map_partitions(part_lines.top_keys, TOP_CANDIDATES, meta=meta)
         keys = settled.map_partitions(part_lines.key_count, meta={"n": "int64"})
         (span_keys, span_changes), (c, t, k) = persist_counting([back, changes], [counts, top, keys])
         job.span_keys, job.span_changes = span_keys, span_changes
-        top_rows = part_lines.top_keys(t).reset_index(drop=True).astype({"line": np.int64})
+        top_rows = distinct_windows(part_lines.top_keys(t, TOP_CANDIDATES).reset_index(drop=True).astype(
+            {"line": np.int64}), s.spans.size)
         if len(top_rows):  # the spans' texts, read at their first occurrence by the partitions holding them
             texts = dd.map_partitions(part_spans.window_texts, ddf, feat, roots, line_keys, line_changes,
                                       s.text_column, drop, s.spans, shared(top_rows),
@@ -92,6 +93,25 @@ class Spans(Step):
         report.spans = {**sc, "top_spans": top_spans_table(job.top_spans)}
         report.emptied_by_spans = int(sc.get("documents_dropped", 0))
         report.contaminated_after_spans = int(sc.get("documents_contaminated", 0))
+
+
+TOP_CANDIDATES = 200
+"""The most repeated windows looked at for the page's table (`distinct_windows` keeps 20 of them)."""
+
+
+def distinct_windows(top: pd.DataFrame, size: int, n: int = part_lines.SHOWN_LINES) -> pd.DataFrame:
+    """Of the most repeated windows (in order), the first `n` whose first occurrence overlaps none
+    before it: a repeated passage is shown once, not as each of its windows, one token apart."""
+    taken: dict[int, list[int]] = {}
+    keep = []
+    for i, (doc, line) in enumerate(zip(top["doc"].tolist(), top["line"].tolist())):
+        if any(abs(line - other) < size for other in taken.get(doc, [])):
+            continue
+        taken.setdefault(doc, []).append(line)
+        keep.append(i)
+        if len(keep) == n:
+            break
+    return top.iloc[keep].reset_index(drop=True)
 
 
 def span_counts(c: pd.DataFrame, repeated_keys: int, rule: part_spans.SpanRule) -> dict[str, Any]:
