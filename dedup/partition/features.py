@@ -95,14 +95,15 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
     no words or a contaminated one: such documents take no part in near-dedup).
     source: the smallest index of a protected record it overlaps, -1 when clean; source_gram: the
     smallest index of an n-gram of that record it holds (for reports), -1 when clean; skipped: False
-    (`mark_skipped` sets it). Without `near` (a run that finds no near duplicates) the signatures
-    are left zero: nothing reads them.
+    (`mark_skipped` sets it). Without `near` (a run that finds no near duplicates) every signature is
+    empty: nothing reads them, and the features of such a run are kept without 4 * num_perm bytes a
+    document.
     """
     n = len(part)
     if protected is not None and len(protected) and params.ngram_size != protected.ngram_size:
         raise ValueError(f"Protected n-grams were built with ngram_size={protected.ngram_size}, "
                          f"but the job runs with ngram_size={params.ngram_size}.")
-    sigs = (np.empty if near else np.zeros)((n, params.num_perm), dtype=SIGNATURE_DTYPE)
+    sigs = np.empty((n, params.num_perm if near else 0), dtype=SIGNATURE_DTYPE)
     source, source_gram = np.full(n, -1, dtype=np.int32), np.full(n, -1, dtype=np.int64)
     tkey = np.zeros(n, dtype=np.uint64)
     tkey2 = np.zeros(n, dtype=np.uint64)
