@@ -1,7 +1,8 @@
 """Compiled inner loops of span dedup (numba, cached on disk): a text's tokens read in place, and the
 rolling keys of its k-token windows (`dedup.core.spans`). Each has a plain-Python reference in the
 tests (`tests/reference.py`); they release the GIL and index bytes with unsigned integers, as
-`dedup.core._kernels`' loops do."""
+`dedup.core._kernels`' loops do. Not warmed with those (`dedup.partition.warm`): only a run with
+span dedup calls them, at its first task a worker (from numba's cache: milliseconds)."""
 
 from __future__ import annotations
 

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
 from dedup.core.hashing import id_hashes
-from dedup.core.spans import tokens, window_keys
 from dedup.core.text import TEXT_DTYPE, encode_batch
 from dedup.partition.buckets import long_form
 from dedup.partition.confirm import blob_jaccard, shingle_sets
@@ -31,7 +29,8 @@ _TEXT = "warm up every compiled kernel of dedup, once, before the first task nee
 def warm_kernels() -> None:
     """Run each kernel once on a tiny input through the code that uses it: tokenising, shingle and
     band hashes (word and character shingles), exact Jaccard, the decontamination n-grams and the
-    hashes that route string ids, span dedup's tokens and window keys."""
+    hashes that route string ids. Span dedup's two kernels (`dedup.core._span_kernels`) are left to
+    its own tasks: only a run with spans calls them, and every process made pays what it warms."""
     texts = pd.Series([_TEXT, "naïve café " + _TEXT], dtype=TEXT_DTYPE)  # an ASCII text and one that is not
     feat = document_features(pd.DataFrame({"id": ["a", "b"], "text": texts}), "id", "text", Params(), None)
     long_form(feat, Params())  # the band keys
@@ -42,6 +41,5 @@ def warm_kernels() -> None:
     grams = ProtectedNgrams.from_records(["warm"], [(0, "warm", [_TEXT])], ngram_size=13)
     grams.hits(encode_batch([_TEXT]))
     id_hashes(np.array(["a", "b"], dtype=object))
-    window_keys(tokens(pa.array(list(texts), pa.large_string())), 3)  # span dedup's tokens and windows
     removed_at(pd.DataFrame({"left": np.zeros(1, np.int64), "right": np.ones(1, np.int64),
                              "score": np.full(1, 0.9, np.float32), "confirmed": [True]}), (0.8,), 0.8, 2)  # what-if
