@@ -70,7 +70,7 @@ def _texts(frame: pd.DataFrame) -> list[str | None]:
     return [t if isinstance(t, str) else None for t in frame["text"]]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(texts_strategy, st.integers(1, 3), st.integers(2, 3), st.integers(1, 3), st.randoms(use_true_random=False))
 def test_the_partition_steps_remove_the_lines_the_reference_removes(texts: list[str | None], parts: int,
                                                                     min_copies: int, min_words: int,

@@ -24,7 +24,7 @@ THRESHOLDS = (0.7, 0.75, 0.8, 0.85, 0.9)
 FIRST_INDEXED = 1_000
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30), st.sampled_from([0.7, 0.72, 0.8, 0.86, 0.95, 1.0]),
                           st.booleans()), max_size=60), st.integers(1, 4))
 def test_the_cluster_counts_what_a_union_find_of_the_pairs_counts(pairs: list[tuple[int, int, float, bool]],
