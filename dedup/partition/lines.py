@@ -52,16 +52,16 @@ WHAT_IF_WORDS = (1, 3, 5)
 """The page's what-if table of line dedup: the characters removed at each `--min-copies` x
 `--min-line-words` (`what_if`)."""
 
-KEPT, EMPTIED_BY_LINES, CONTAMINATED_BY_LINES = 0, 1, 2
-"""What became of a document that lost a line (`line_changes`' `fate`): kept rewritten, dropped with
-no word left, or dropped because its new text, lines joined anew, holds a protected n-gram."""
+KEPT, LEFT_WITHOUT_WORDS, CONTAMINATED_ANEW = 0, 1, 2
+"""What became of a document a rewriting pass changed (`line_changes`' and span dedup's `fate`): kept
+rewritten, dropped with no word left, or dropped because its new text holds a protected n-gram."""
 
 CHANGES_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "lines": pd.Series(dtype=np.int64),
                              "before": pd.Series(dtype=np.int64), "after": pd.Series(dtype=np.int64),
                              "fate": pd.Series(dtype=np.int8), "source": pd.Series(dtype=np.int32),
                              "source_gram": pd.Series(dtype=np.int64)})
 """A document that lost a line: its key, the lines it lost, its characters before and after, its fate,
-and with `CONTAMINATED_BY_LINES` the protected record and n-gram its new text holds."""
+and with `CONTAMINATED_ANEW` the protected record and n-gram its new text holds."""
 
 
 def firsts_meta(id_dtype: Any) -> pd.DataFrame:
@@ -273,14 +273,14 @@ def line_changes(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | N
         return CHANGES_META.copy()
     new, emptied = rewrite(texts, lines, gone)
     lost = np.unique(lines.doc[gone])
-    fate = np.where(emptied[lost], EMPTIED_BY_LINES, KEPT).astype(np.int8)
+    fate = np.where(emptied[lost], LEFT_WITHOUT_WORDS, KEPT).astype(np.int8)
     source = np.full(len(lost), -1, np.int32)
     gram = np.full(len(lost), -1, np.int64)
     if protected is not None and len(protected):
         left = np.flatnonzero(fate == KEPT)
         rec, hit = protected.first_hits(encode_arrow(new.take(pa.array(lost[left]))))
         found = rec >= 0
-        fate[left[found]] = CONTAMINATED_BY_LINES
+        fate[left[found]] = CONTAMINATED_ANEW
         source[left[found]], gram[left[found]] = rec[found], hit[found]
     length = pc.utf8_length
     return pd.DataFrame({
@@ -314,8 +314,8 @@ def change_counts(changes: pd.DataFrame) -> pd.DataFrame:
     fate = changes["fate"].to_numpy()
     return pd.DataFrame({"lines": [int(changes["lines"].sum())],
                          "chars": [int(np.where(fate == KEPT, before - after, before).sum())],
-                         "documents": [len(changes)], "emptied": [int((fate == EMPTIED_BY_LINES).sum())],
-                         "contaminated": [int((fate == CONTAMINATED_BY_LINES).sum())],
+                         "documents": [len(changes)], "emptied": [int((fate == LEFT_WITHOUT_WORDS).sum())],
+                         "contaminated": [int((fate == CONTAMINATED_ANEW).sum())],
                          "hist": pd.Series([hist.tolist()], dtype=object)})
 
 
@@ -396,7 +396,7 @@ def with_drops(feat: pd.DataFrame, changes: pd.DataFrame | None, emptied_source:
     if dropped.empty:
         return out
     rows = rows_of(feat, dropped["doc"].to_numpy(np.int64))
-    emptied = dropped["fate"].to_numpy() == EMPTIED_BY_LINES
+    emptied = dropped["fate"].to_numpy() == LEFT_WITHOUT_WORDS
     source, gram, after = (out[c].to_numpy().copy() for c in ("source", "source_gram", flag))
     source[rows] = np.where(emptied, emptied_source, dropped["source"].to_numpy(np.int32))
     gram[rows[~emptied]] = dropped["source_gram"].to_numpy(np.int64)[~emptied]

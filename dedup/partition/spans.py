@@ -21,6 +21,7 @@ partition's window keys, whatever the corpus or a key's copies.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,14 +33,14 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from dedup.core.decontam import ProtectedNgrams
-from dedup.core.spans import Tokens, covered, cut, tokens, window_keys, with_cuts
+from dedup.core.spans import CHAR, WORD, Tokens, covered, cut, tokens, window_keys, with_cuts
 from dedup.core.text import encode_batch, string_array
 from dedup.partition.features import AFTER_LINES
 from dedup.partition.keyspace import doc_keys
 from dedup.partition.lines import (
-    CONTAMINATED_BY_LINES,
-    EMPTIED_BY_LINES,
+    CONTAMINATED_ANEW,
     KEPT,
+    LEFT_WITHOUT_WORDS,
     SHARE_BINS,
     KeyLookup,
     with_drops,
@@ -81,7 +82,7 @@ SPAN_CHANGES_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "tokens": pd
                                   "text": pd.Series(dtype=object)})
 """A document that lost a span: its key, the tokens and spans (maximal runs) it lost, its characters
 before and after (after line dedup, if it ran), its new `text` (what the write writes), its fate
-(`dedup.partition.lines`' KEPT, EMPTIED_BY_LINES for no word left, CONTAMINATED_BY_LINES for a
+(`dedup.partition.lines`' KEPT, LEFT_WITHOUT_WORDS for no word left, CONTAMINATED_ANEW for a
 protected n-gram in its new text) and that n-gram."""
 
 SPAN_COUNTS_META = {"tokens": "int64", "spans": "int64", "chars": "int64", "documents": "int64", "emptied": "int64",
@@ -300,11 +301,11 @@ def removed_tokens(tok: Tokens, keys: NDArray[np.int64], settled: pd.DataFrame |
     return covered(n, first[hit], rule.size)
 
 
-def _runs(removed: NDArray[np.bool_], doc: NDArray[np.int64]) -> NDArray[np.int64]:
-    """Per text: how many maximal runs of removed tokens it has."""
+def _runs(removed: NDArray[np.bool_], doc: NDArray[np.int64], n: int) -> NDArray[np.int64]:
+    """Per text (of `n`): how many maximal runs of removed tokens it has."""
     start = removed.copy()
     start[1:] &= ~(removed[:-1] & (doc[1:] == doc[:-1]))
-    return np.bincount(doc[start], minlength=0) if start.any() else np.zeros(0, np.int64)
+    return np.bincount(doc[start], minlength=n)
 
 
 def span_changes(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, line_keys: pd.DataFrame | None,
@@ -335,17 +336,16 @@ def _chunk_changes(texts: pa.Array, tok: Tokens, keys: NDArray[np.int64], settle
     new = cut(texts, tok, gone)
     after = [new[d] for d in lost.tolist()]
     words = encode_batch(after).num_words
-    fate = np.where(words == 0, EMPTIED_BY_LINES, KEPT).astype(np.int8)
+    fate = np.where(words == 0, LEFT_WITHOUT_WORDS, KEPT).astype(np.int8)
     source = np.full(len(lost), -1, np.int32)
     gram = np.full(len(lost), -1, np.int64)
     if protected is not None and len(protected):
         left = np.flatnonzero(fate == KEPT)
         rec, hit = protected.first_hits(encode_batch([after[i] for i in left.tolist()]))
         found = rec >= 0
-        fate[left[found]] = CONTAMINATED_BY_LINES
+        fate[left[found]] = CONTAMINATED_ANEW
         source[left[found]], gram[left[found]] = rec[found], hit[found]
-    runs = _runs(gone, doc)
-    runs = np.concatenate([runs, np.zeros(max(0, len(texts) - len(runs)), np.int64)])
+    runs = _runs(gone, doc, len(texts))
     return pd.DataFrame({"doc": keys[lost], "tokens": np.bincount(doc[gone], minlength=len(texts))[lost],
                          "spans": runs[lost], "before": np.asarray(pc.utf8_length(texts.take(pa.array(lost))).to_numpy(
                              zero_copy_only=False), np.int64),
@@ -363,8 +363,8 @@ def span_counts(changes: pd.DataFrame) -> pd.DataFrame:
     fate = changes["fate"].to_numpy()
     return pd.DataFrame({"tokens": [int(changes["tokens"].sum())], "spans": [int(changes["spans"].sum())],
                          "chars": [int(np.where(fate == KEPT, before - after, before).sum())],
-                         "documents": [len(changes)], "emptied": [int((fate == EMPTIED_BY_LINES).sum())],
-                         "contaminated": [int((fate == CONTAMINATED_BY_LINES).sum())],
+                         "documents": [len(changes)], "emptied": [int((fate == LEFT_WITHOUT_WORDS).sum())],
+                         "contaminated": [int((fate == CONTAMINATED_ANEW).sum())],
                          "hist": pd.Series([hist.tolist()], dtype=object)})
 
 
@@ -395,10 +395,6 @@ def window_texts(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | N
     """The text of each window of `top` (rows of `settle_keys`: `doc`, its first occurrence's document
     key, `line`, its first token) whose document is in this partition, as span dedup read it: from its
     first token's first character to its last token's last."""
-    import re
-
-    from dedup.core.spans import CHAR, WORD
-
     number = partition_info["number"] if partition_info else 0
     keys = doc_keys(number, len(part))
     rows = np.flatnonzero(np.isin(keys, top["doc"].to_numpy(np.int64)))
