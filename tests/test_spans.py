@@ -199,7 +199,7 @@ def test_run_with_lines_and_spans_cuts_the_survivors_texts(client, tmp_path: Pat
 def test_dedup_spans_keeps_every_column_and_the_same_bytes_however_it_runs(tmp_path: Path) -> None:
     """`dedup spans` in a subprocess: every other column (timestamps, nested lists and structs, nulls)
     and the row order as read, dictionary texts in their type; keep none; the same bytes on one
-    thread as on two, also after a kill once the spans stage has ended (the cluster's bytes are the
+    thread, killed once the spans stage has ended and run again, as on two (the cluster's bytes are the
     reference's, `test_run_with_lines_and_spans_cuts_the_survivors_texts`); bad values refused."""
     rng = random.Random(2)
     vocab = [f"v{i}" for i in range(300)]
@@ -232,10 +232,7 @@ def test_dedup_spans_keeps_every_column_and_the_same_bytes_however_it_runs(tmp_p
     assert len(keep) == n - 1  # r04, all of it repeated, is dropped
     removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
     assert removed[["id", "reason"]].values.tolist() == [["r04", "empty_after_spans"]]
-    threads = run_command([*cmd[:5], str(tmp_path / "one"), *cmd[6:-4], "--threads", "1", *cmd[-2:]])
-    assert threads.returncode == 0, threads.stderr
-    assert parquet_digests(tmp_path / "one") == parquet_digests(tmp_path / "out")
-    killed = [*cmd[:5], str(tmp_path / "again"), *cmd[6:-4], "--threads", "2", *cmd[-2:]]
+    killed = [*cmd[:5], str(tmp_path / "again"), *cmd[6:-4], "--threads", "1", *cmd[-2:]]  # and another thread count
     kill_after(killed, "spans:")
     again = run_command(killed)
     assert again.returncode == 0, again.stderr
