@@ -22,10 +22,11 @@ features are then about 40 MB. At 25,000, a shard of 50,000 rows was two partiti
 parts and joined, a row group of 62,500 was decoded about twice (in three row ranges), and a
 shuffle between twice as many partitions moved four times as many pieces (docs/performance.md,
 Partition size)."""
-SPAN_PARTITION_ROWS = 16_384
+SPAN_PARTITION_ROWS = 32_768
 """The partition bound of a run with span dedup, unless `--partition-rows` is given: a partition's
-window keys take about ten times its text (measured at 200,000 documents of the §7 corpus on 2
-workers: a worker's peak 1.1 GiB against 2.2 GiB at `PARTITION_ROWS`, the wall 31 s against 32 s)."""
+window keys take about ten times its text. Measured with `dedup spans` on 1,000,000 documents of
+the §7 corpus on 2 workers (row groups of 62,500 rows): a worker's peak 1.4 GiB at 16,384 rows, 1.8
+GiB at 32,768 and 2.8 GiB at `PARTITION_ROWS`; the wall 143 s, 127 s and 125 s."""
 COMPONENT_MODES = ("auto", "client", "distributed")
 CLIENT_COMPONENT_EDGES = 20_000_000
 """`components="auto"` joins the confirmed edges on the client up to this many (16 bytes each there,

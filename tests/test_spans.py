@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from dedup.core.spans import covered, cut, tokens, window_keys
 from dedup.job.pipeline import run
+from dedup.partition import lines as part_lines
 from dedup.partition import spans as part_spans
 from dedup.partition.keyspace import doc_keys
 from tests.conftest import DEDUP, chromium, clean_partitions, kill_after, parquet_digests, run_command, write_shards
@@ -40,11 +41,12 @@ def _steps(texts: list[str | None], ids: list[str], parts: int, rule: part_spans
     """The partition steps without a cluster: windows per partition, settled over all, sent back, cut."""
     frame = pd.DataFrame({"id": ids, "text": pd.Series(texts, dtype=object)})
     pieces, feats = zip(*clean_partitions(frame, parts))
-    counts = pd.concat([part_spans.window_counts(p, f, None, None, None, "text", True, rule, {"number": n})
+    counts = pd.concat([part_spans.window_counts(p, f, None, None, None, "text", True, rule, parts, {"number": n})
                         for n, (p, f) in enumerate(zip(pieces, feats))], ignore_index=True)
-    repeated = part_spans.repeated_keys(counts)
-    rows = pd.concat([part_spans.partition_windows(p, f, None, None, None, repeated[repeated["part"] == n], "id", "text",
-                                                   True, rule, {"number": n})
+    repeated = part_spans.repeated_keys(counts, parts)
+    to = part_spans.part_of(repeated, parts)
+    rows = pd.concat([part_spans.partition_windows(p, f, None, None, None, repeated[to == n], "id", "text",
+                                                   True, rule, parts, {"number": n})
                       for n, (p, f) in enumerate(zip(pieces, feats))], ignore_index=True)
     settled = part_spans.settle_windows(rows)
     out: dict[str, str | None] = {}
@@ -117,6 +119,34 @@ def test_keep_none_removes_what_a_suffix_array_finds_repeated(texts: list[str | 
     flat = [x for i in ids for x in want[i]]
     assert got.tolist() == flat
     assert _steps(texts, ids, 1, rule) == ref_spans(ids, texts, k, "none", unit)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(1, 3), st.integers(0, 9),
+                          st.integers(0, 2)), min_size=1, max_size=40), st.integers(1, 6))
+def test_settled_windows_and_their_top_are_what_sorting_by_id_gives(rows: list[tuple[int, ...]], n: int) -> None:
+    """`settle_windows` and `top_windows` (numbers, an id's rank in the task) against a plain reading:
+    each key's rows summed, the first occurrence the smallest (id, token), the top by count, first
+    occurrence, key, as the lines' `top_keys` orders with the ids themselves."""
+    frame = pd.DataFrame(rows, columns=["key", "doc", "count", "line", "other"]).drop(columns="other")
+    frame = frame.assign(part=frame["doc"] % 3).drop_duplicates(["key", "part"])  # a document's partition
+    frame = frame.assign(h1=(frame["key"] % 3).astype(np.uint64), h2=frame["key"].astype(np.uint64),
+                         _id=[f"id{d}" for d in frame["doc"]], line=frame["line"].astype(np.int32),
+                         count=frame["count"].astype(np.int32),
+                         doc=(frame["part"].to_numpy(np.int64) << 32) | frame["doc"].to_numpy(np.int64))
+    got = part_spans.settle_windows(frame.drop(columns=["key", "part"]))
+    expect = []
+    for (h1, h2), g in frame.groupby(["h1", "h2"]):
+        if g["count"].sum() < 2:
+            continue
+        first = g.sort_values(["_id", "line"]).iloc[0]
+        expect += [(h1, h2, int(g["count"].sum()), first["_id"], int(first["line"]), int(p)) for p in g["part"]]
+    assert sorted(got[["h1", "h2", "count", "_id", "line", "part"]].itertuples(index=False, name=None)) == sorted(expect)
+    top = part_spans.top_windows(got, n)
+    assert top["keys"].sum() == len({(e[0], e[1]) for e in expect})
+    lines_top = part_lines.top_keys(got.drop(columns=["lead", "first"]), n)
+    assert top[["h1", "h2", "count", "_id", "line"]].values.tolist() == \
+        lines_top[["h1", "h2", "count", "_id", "line"]].values.tolist()
 
 
 def test_a_cut_runs_from_a_removed_token_to_the_next_kept_one() -> None:

@@ -120,23 +120,26 @@ def cut(texts: list[str | None] | pa.Array, tok: Tokens, removed: NDArray[np.boo
     if not removed.any():
         return out
     doc = tok.doc
-    for d in np.unique(doc[removed]).tolist():
+    n = len(removed)
+    # each run of removed tokens of one text: its first token, and the token after it (n at a text's end)
+    begins = removed.copy()
+    begins[1:] &= ~(removed[:-1] & (doc[1:] == doc[:-1]))
+    ends = removed.copy()
+    ends[:-1] &= ~(removed[1:] & (doc[1:] == doc[:-1]))
+    lo, hi = np.flatnonzero(begins), np.flatnonzero(ends) + 1
+    last = tok.offsets[doc[lo] + 1]  # the first token of the next text
+    cut_from = tok.start[lo]
+    cut_to = np.where(hi < last, tok.start[np.minimum(hi, n - 1)], -1)  # -1: to the text's end
+    run_doc = doc[lo]
+    bounds = np.flatnonzero(np.concatenate([[True], run_doc[1:] != run_doc[:-1], [True]]))
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        d = int(run_doc[a])
         text = texts[d].as_py() if isinstance(texts, (pa.Array, pa.ChunkedArray)) else texts[d]
         assert text is not None
-        lo, hi = int(tok.offsets[d]), int(tok.offsets[d + 1])
-        gone = removed[lo:hi]
-        start = tok.start[lo:hi]
-        pieces, at, i = [], 0, 0
-        while i < len(gone):
-            if not gone[i]:
-                i += 1
-                continue
-            j = i
-            while j < len(gone) and gone[j]:
-                j += 1
-            pieces.append(text[at:int(start[i])])
-            at = int(start[j]) if j < len(gone) else len(text)
-            i = j
+        pieces, at = [], 0
+        for f, t in zip(cut_from[a:b].tolist(), cut_to[a:b].tolist()):
+            pieces.append(text[at:f])
+            at = len(text) if t < 0 else t
         pieces.append(text[at:])
         out[d] = "".join(pieces)
     return out

@@ -16,8 +16,8 @@ from dedup.config import WHAT_IF_TASK_PAIRS, Params
 from dedup.core.lsh import probability
 from dedup.job.checkpoints import Through, as_is
 from dedup.job.compute import compute
-from dedup.job.features import read_for, without_signatures
-from dedup.job.graphs import persist, persist_counting, persisted_bytes
+from dedup.job.features import without_signatures
+from dedup.job.graphs import persist, persist_counting, persisted_bytes, read_for
 from dedup.job.page_data import NEAR_PAIRS
 from dedup.job.routing import ROWS_META, route, row_count
 from dedup.job.stage import Settings, Step, View

@@ -14,8 +14,8 @@ holds that no other module of dedup imports a private name of dask or distribute
 - `Task`, `TaskRef`, `FromGraph`, `new_collection`: a DataFrame over results already computed, named
   by their own keys (`graphs.Persisted`).
 - `Expr`, `Blockwise`, `Shuffle`: the expression classes a graph is inspected by (`graphs`).
-- `ArrowStringConversion`, `FromMapProjectable`: the read of the features from their files, found under
-  the string conversion and given a name of its own for each step that reads it (`features.read_for`).
+- `ArrowStringConversion`, `FromMap`: a read from files (the input's, the features'), found under the
+  string conversion and given a name of its own for each step that reads it (`graphs.read_for`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dask.core import flatten
 from dask.dataframe.dask_expr import new_collection
 from dask.dataframe.dask_expr._expr import ArrowStringConversion, Blockwise, Expr, optimize_blockwise_fusion
 from dask.dataframe.dask_expr._shuffle import Shuffle
-from dask.dataframe.dask_expr.io.io import FromGraph, FromMapProjectable
+from dask.dataframe.dask_expr.io.io import FromGraph, FromMap
 
-__all__ = ["ArrowStringConversion", "Blockwise", "Expr", "FromGraph", "FromMapProjectable", "Shuffle", "Task", "TaskRef",
+__all__ = ["ArrowStringConversion", "Blockwise", "Expr", "FromGraph", "FromMap", "Shuffle", "Task", "TaskRef",
            "_ExprSequence", "collections_to_expr", "flatten", "get_scheduler", "new_collection",
            "optimize_blockwise_fusion"]

@@ -13,7 +13,7 @@ from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
 from dedup.job.checkpoints import Through, as_is, read_part
 from dedup.job.compute import compute, shared
-from dedup.job.graphs import persist
+from dedup.job.graphs import file_read, persist, read_for
 from dedup.job.ids import check_unique_ids, conflict_counts, existing_ids, id_conflicts
 from dedup.job.stage import Step, View
 from dedup.partition.features import KEEP, SIG, document_features, features_meta
@@ -52,34 +52,9 @@ def without_signatures(feat: dd.DataFrame) -> dd.DataFrame:
     their own (`read_for`): a read shared with a step that takes the signatures would read them all,
     and be held until both steps have run. As it is when the features are held in memory: there a
     projection would be a task of its own a partition."""
-    if _file_read(feat) is None or SIG not in feat.columns:
+    if file_read(feat) is None or SIG not in feat.columns:
         return feat
     return read_for(feat, "ids")[[c for c in feat.columns if c != SIG]]
-
-
-def read_for(feat: dd.DataFrame, use: str) -> dd.DataFrame:
-    """`feat`, read from its files by tasks of its own when it is read from disk (named for `use`):
-    two steps of one computation that read the same features with a shuffle between them (a pair's
-    left document's, then its right document's) otherwise share one read of each partition, which the
-    workers then hold until the second step has run, every partition of it at once: at 10,000,000
-    documents, more than two 2 GiB workers hold, spilled to disk and read back. Read twice, each read
-    is released once its step has used it. As it is when the features are held in memory."""
-    expr = _file_read(feat)
-    if expr is None:
-        return feat
-    from dedup.job.dask_internals import new_collection
-
-    return new_collection(feat.expr.substitute(expr, expr.substitute_parameters({"label": f"read_part_{use}"})))
-
-
-def _file_read(feat: dd.DataFrame) -> Any:
-    """The expression reading `feat` from its files (`dd.from_map` of `read_part`), or None: held in memory."""
-    from dedup.job.dask_internals import ArrowStringConversion, FromMapProjectable
-
-    expr = feat.expr
-    while isinstance(expr, ArrowStringConversion):
-        expr = expr.frame
-    return expr if isinstance(expr, FromMapProjectable) else None
 
 
 def _feature_counts(f: pd.DataFrame) -> pd.DataFrame:

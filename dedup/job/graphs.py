@@ -21,6 +21,9 @@ a round trip (docs/performance.md, Design choices).
   (`dedup.job.routing.route_by`) ends, so it moves few large pieces instead of many small ones.
 - `shuffled`: rows moved to the partition a column of theirs names, by dask's `Shuffle` (p2p on a
   cluster, tasks in one process), the step its hash shuffles and `set_index` end with.
+- `read_for`: a frame read from files (the input, the features on disk) read by tasks of its own for
+  one step: Dask shares one read of each partition between every step of a computation that uses
+  it, and holds it until the last has run.
 """
 
 from __future__ import annotations
@@ -36,8 +39,19 @@ import dask
 import dask.dataframe as dd
 import pandas as pd
 from dask.base import tokenize
+from dask.utils import funcname
 
-from dedup.job.dask_internals import Blockwise, Expr, FromGraph, Shuffle, Task, TaskRef, new_collection
+from dedup.job.dask_internals import (
+    ArrowStringConversion,
+    Blockwise,
+    Expr,
+    FromGraph,
+    FromMap,
+    Shuffle,
+    Task,
+    TaskRef,
+    new_collection,
+)
 
 
 class Persisted(FromGraph):
@@ -395,3 +409,27 @@ def exchanged(frame: dd.DataFrame, split: Callable[[pd.DataFrame], list[pd.DataF
     (so its rows' order is decided, whatever the scheduling). Its tasks number about
     frame.npartitions x npartitions: for few partitions (`dedup.job.routing.DIRECT_ROUTE_PIECES`)."""
     return new_collection(Exchanged(frame.expr, split, join, npartitions, meta))
+
+
+def read_for(frame: dd.DataFrame, use: str) -> dd.DataFrame:
+    """`frame`, read from its files by tasks of its own when it is read from files (named for `use`).
+    Two steps of one computation that read the same files with a shuffle between them (the features
+    of a pair's left document, then of its right; the input's texts before and after span dedup's
+    moves) otherwise share one read of each partition, which the workers then hold until the second
+    step has run, every partition of it at once: the whole input's texts, or at 10,000,000 documents
+    more features than two 2 GiB workers hold. Read again, each read is released once its step has
+    used it. As it is when the frame is held in memory (a caller's, or persisted)."""
+    expr = file_read(frame)
+    if expr is None:
+        return frame
+    label = f"{expr.label or funcname(expr.func)}_{use}"
+    return new_collection(frame.expr.substitute(expr, expr.substitute_parameters({"label": label})))
+
+
+def file_read(frame: dd.DataFrame) -> Any:
+    """The expression reading `frame` from its files (`dd.from_map`), under Dask's conversion of its
+    strings, or None: the frame is held in memory."""
+    expr = frame.expr
+    while isinstance(expr, ArrowStringConversion):
+        expr = expr.frame
+    return expr if isinstance(expr, FromMap) else None

@@ -19,7 +19,7 @@ import pandas as pd
 
 from dedup.job.compute import shared
 from dedup.job.features import without_signatures
-from dedup.job.graphs import persist_counting
+from dedup.job.graphs import persist_counting, read_for
 from dedup.job.notices import warn
 from dedup.job.routing import route_by
 from dedup.job.stage import Settings, Step, View
@@ -48,21 +48,26 @@ class Lines(Step):
     def run(self, job: View) -> str:
         s, ddf = job.settings, job.source
         n = ddf.npartitions
-        feat = without_signatures(job.feat)
+
+        def read(use: str) -> tuple[dd.DataFrame, dd.DataFrame]:
+            """The input and its features, read for one step alone (`read_for`): a read shared by
+            steps on either side of a move would be held, every partition of it, until both ran."""
+            return read_for(ddf, use), without_signatures(read_for(job.feat, use))
+
         roots = job.roots if s.near else None
         drop = s.drop and s.near
         prot = shared(s.protected) if s.protected is not None else None
         meta = part_lines.firsts_meta(ddf._meta[s.id_column].dtype)
-        firsts = dd.map_partitions(part_lines.partition_firsts, ddf, feat, roots, s.id_column, s.text_column, drop,
+        firsts = dd.map_partitions(part_lines.partition_firsts, *read("line_keys"), roots, s.id_column, s.text_column, drop,
                                    meta=meta, align_dataframes=False)
         ranged = route_by(firsts, partial(part_lines.key_part, npartitions=n), n)
         settled = ranged.map_partitions(part_lines.settle_keys, s.min_copies, s.min_line_words, meta=meta)
         what = ranged.map_partitions(part_lines.what_if, meta=part_lines.WHAT_IF_META)
         back = route_by(settled, part_lines.to_partition, n)
-        changes = dd.map_partitions(part_lines.line_changes, ddf, feat, roots, back, s.text_column, drop, prot,
+        changes = dd.map_partitions(part_lines.line_changes, *read("line_changes"), roots, back, s.text_column, drop, prot,
                                     meta=part_lines.CHANGES_META, align_dataframes=False)
         counts = changes.map_partitions(part_lines.change_counts, meta=part_lines.COUNTS_META)
-        whole = dd.map_partitions(part_lines.surviving_chars, ddf, feat, roots, s.text_column, drop,
+        whole = dd.map_partitions(part_lines.surviving_chars, *read("line_keys"), roots, s.text_column, drop,
                                   meta={"chars": "int64", "documents": "int64"}, align_dataframes=False)
         top = settled.map_partitions(part_lines.top_keys, meta=meta)
         keys = settled.map_partitions(part_lines.key_count, meta={"n": "int64"})

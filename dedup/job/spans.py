@@ -2,8 +2,8 @@
 section 6c) on the survivors, their texts as line dedup leaves them. Each partition's window keys
 counted with their first occurrence (`partition_windows`), routed by key to ranges where each key is
 settled over the corpus (line dedup's `settle_keys` and routing), the repeated keys routed back to
-the partitions holding them (`span_keys`), and each partition's changed documents found from them
-(`span_changes`). Both are persisted; the write cuts the texts from them."""
+the partitions holding them, and each partition's changed documents found from them (`span_changes`,
+persisted with their new texts; the write writes those)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pandas as pd
 
 from dedup.job.compute import compute, shared
 from dedup.job.features import without_signatures
-from dedup.job.graphs import persist_counting
+from dedup.job.graphs import persist_counting, read_for
 from dedup.job.routing import route_by
 from dedup.job.stage import Settings, Step, View
 from dedup.partition import lines as part_lines
@@ -25,14 +25,14 @@ from dedup.report.shown import shorten
 
 
 class Spans(Step):
-    """Which spans each surviving document loses (`span_keys`, `span_changes`), with their counts and
-    the most repeated spans."""
+    """Which spans each surviving document loses and its new text (`span_changes`), with their counts
+    and the most repeated spans."""
 
     name = "spans"
     reads = ("source", "feat", "roots", "line_keys", "line_changes")
-    gives = ("span_keys", "span_changes", "span_counts", "top_spans")
+    gives = ("span_changes", "span_counts", "top_spans")
     values = ("span_counts",)
-    frames = ("span_keys", "span_changes")
+    frames = ("span_changes",)
     tables = ("top_spans",)
 
     def wanted(self, s: Settings) -> bool:
@@ -45,43 +45,49 @@ class Spans(Step):
         s, ddf = job.settings, job.source
         assert s.spans is not None
         n = ddf.npartitions
-        feat = without_signatures(job.feat)
         roots = job.roots if s.near else None
         line_keys, line_changes = (job.line_keys, job.line_changes) if s.lines else (None, None)
         drop = s.drop and s.near
         prot = shared(s.protected) if s.protected is not None else None
-        meta = part_spans.windows_meta(ddf._meta[s.id_column].dtype)
+        id_dtype = ddf._meta[s.id_column].dtype
+
+        def read(use: str) -> tuple[dd.DataFrame, dd.DataFrame]:
+            """The input and its features, read for one step alone (`read_for`): a read shared by
+            steps on either side of a move would be held, every partition of it, until both ran."""
+            return read_for(ddf, use), without_signatures(read_for(job.feat, use))
+
         # the first move: every first hash with its count, 16 bytes a row; those seen twice come back
-        counted = dd.map_partitions(part_spans.window_counts, ddf, feat, roots, line_keys, line_changes, s.text_column,
-                                    drop, s.spans, meta=part_spans.COUNTS_META, align_dataframes=False)
-        repeated = route_by(route_by(counted, partial(part_lines.key_part, npartitions=n), n).map_partitions(
-            part_spans.repeated_keys, meta=part_spans.COUNTS_META), part_spans.part_of, n)
+        counted = dd.map_partitions(part_spans.window_counts, *read("span_counts"), roots, line_keys, line_changes,
+                                    s.text_column, drop, s.spans, n, meta=part_spans.COUNTS_META, align_dataframes=False)
+        repeated = route_by(route_by(counted, partial(part_spans.key_range, npartitions=n), n).map_partitions(
+            part_spans.repeated_keys, n, meta=part_spans.COUNTS_META), partial(part_spans.part_of, npartitions=n), n)
         # the second: the repeated keys with their first occurrence here, settled over the corpus
-        windows = dd.map_partitions(part_spans.partition_windows, ddf, feat, roots, line_keys, line_changes, repeated,
-                                    s.id_column, s.text_column, drop, s.spans, meta=meta, align_dataframes=False)
-        ranged = route_by(windows, partial(part_lines.key_part, npartitions=n), n)
-        settled = ranged.map_partitions(part_spans.settle_windows, meta=meta)
-        holders = settled.map_partitions(part_spans.to_holders, meta=part_spans.SETTLED_META.assign(
-            part=pd.Series(dtype=np.int32)))
-        back = route_by(holders, part_spans.part_of, n)
-        changes = dd.map_partitions(part_spans.span_changes, ddf, feat, roots, line_keys, line_changes, back,
+        windows = dd.map_partitions(part_spans.partition_windows, *read("span_windows"), roots, line_keys, line_changes,
+                                    repeated, s.id_column, s.text_column, drop, s.spans, n,
+                                    meta=part_spans.windows_meta(id_dtype), align_dataframes=False)
+        settled = route_by(windows, partial(part_lines.key_part, npartitions=n), n).map_partitions(
+            part_spans.settle_windows, meta=part_spans.settled_meta(id_dtype))
+        # the third: each repeated key to the partitions holding it, which cut what it covers
+        top = settled.map_partitions(part_spans.top_windows, TOP_CANDIDATES,
+                                     meta=part_spans.top_meta(id_dtype))
+        back = route_by(dd.map_partitions(part_spans.to_holders, settled, top, meta=part_spans.HOLDERS_META,
+                                          align_dataframes=False), part_spans.holder_of, n)
+        changes = dd.map_partitions(part_spans.span_changes, *read("span_changes"), roots, line_keys, line_changes, back,
                                     s.text_column, drop, prot, s.spans, meta=part_spans.SPAN_CHANGES_META,
                                     align_dataframes=False)
         counts = changes.map_partitions(part_spans.span_counts, meta=part_spans.SPAN_COUNTS_META)
-        top = settled.map_partitions(part_lines.top_keys, TOP_CANDIDATES, meta=meta)
-        keys = settled.map_partitions(part_lines.key_count, meta={"n": "int64"})
-        (span_keys, span_changes), (c, t, k) = persist_counting([back, changes], [counts, top, keys])
-        job.span_keys, job.span_changes = span_keys, span_changes
-        top_rows = distinct_windows(part_lines.top_keys(t, TOP_CANDIDATES).reset_index(drop=True).astype(
-            {"line": np.int64}), s.spans.size)
+        # only the changes are held: the repeated keys go to them straight from the shuffle
+        (span_changes,), (c, t) = persist_counting([changes], [counts, top])
+        job.span_changes = span_changes
+        top_rows = distinct_windows(part_spans.top_of(t, TOP_CANDIDATES), s.spans.size)
         if len(top_rows):  # the spans' texts, read at their first occurrence by the partitions holding them
-            texts = dd.map_partitions(part_spans.window_texts, ddf, feat, roots, line_keys, line_changes,
+            texts = dd.map_partitions(part_spans.window_texts, ddf, job.feat, roots, line_keys, line_changes,
                                       s.text_column, drop, s.spans, shared(top_rows),
                                       meta={"doc": "int64", "line": "int64", "text": object}, align_dataframes=False)
             (found,) = compute(texts)
             top_rows = top_rows.merge(found, on=["doc", "line"], how="left")
         job.top_spans = top_rows
-        job.span_counts = span_counts(c, int(k["n"].sum()), s.spans)
+        job.span_counts = span_counts(c, int(t["keys"].sum()), s.spans)
         sc = job.span_counts
         return (f"{sc['spans_cut']} repeated spans ({sc['tokens_removed']} tokens, {sc['characters_removed']} "
                 f"characters) cut from {sc['documents_changed']} documents; {sc['documents_dropped']} left without a "
