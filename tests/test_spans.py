@@ -149,6 +149,18 @@ def test_settled_windows_and_their_top_are_what_sorting_by_id_gives(rows: list[t
         lines_top[["h1", "h2", "count", "_id", "line"]].values.tolist()
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(WORDS + ["The", "CAT", "x_1", "42"]), max_size=30), st.sampled_from(SEPARATORS))
+def test_an_ascii_text_is_read_in_place_as_re_reads_it(words: list[str], sep: str) -> None:
+    """The compiled ASCII reading (`_span_kernels.ascii_token_keys`) and `re` on a text with one
+    character beyond ASCII give each token the same position and keys."""
+    text = sep.join(words)
+    fast, slow = tokens([text, text + " é"]), tokens([text + " é"])
+    n = int(fast.offsets[1])
+    assert fast.start[:n].tolist() == slow.start[:n].tolist() == [m.start() for m in re.finditer(r"\w+", text)]
+    assert fast.h1[:n].tolist() == slow.h1[:n].tolist() and fast.h2[:n].tolist() == slow.h2[:n].tolist()
+
+
 def test_a_cut_runs_from_a_removed_token_to_the_next_kept_one() -> None:
     """§6c's cut on one text: each run of removed tokens from its first character to the next kept
     token's first character; a run at the end takes the text's tail."""

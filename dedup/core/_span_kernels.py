@@ -9,6 +9,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from dedup.core._kernels import _MIX_MUL, _MIX_SEED, _OFFSET, _PRIME
+
 
 @numba.njit(cache=True, nogil=True)
 def rolling_window_keys(h1, h2, doc_offsets, size, base1, base2):  # pragma: no cover - compiled
@@ -49,9 +51,11 @@ def rolling_window_keys(h1, h2, doc_offsets, size, base1, base2):  # pragma: no 
 
 
 @numba.njit(cache=True, nogil=True)
-def ascii_token_spans(data, start, end, word):  # pragma: no cover - compiled
+def ascii_token_keys(data, start, end, word, lower):  # pragma: no cover - compiled
     """The runs of word bytes (`word[byte]` 1) of each text data[start[d]:end[d]] (ASCII: a byte is a
-    character): their starts and ends in `data`, and each text's count."""
+    character), read in place: each one's first character in its text, the two hashes of its
+    lowercase form (`lower[byte]`) that `dedup.core._kernels.text_keys` gives (mix, FNV-1a), and
+    each text's count. One pass counts, one finds and hashes: no lowercase copy of the texts."""
     n = start.shape[0]
     counts = np.zeros(n, dtype=np.int64)
     total = 0
@@ -62,21 +66,31 @@ def ascii_token_spans(data, start, end, word):  # pragma: no cover - compiled
             if w and not inside:
                 total += 1
             inside = w
-    tok_start = np.empty(total, dtype=np.int64)
-    tok_end = np.empty(total, dtype=np.int64)
+    char = np.empty(total, dtype=np.int64)
+    mix = np.empty(total, dtype=np.uint64)
+    fnv = np.empty(total, dtype=np.uint64)
     at = 0
     for d in range(n):
-        inside = False
-        for j in range(np.uint64(start[d]), np.uint64(end[d])):
-            w = word[data[j]] != 0
-            if w and not inside:
-                tok_start[at] = j
-                counts[d] += 1
-            elif inside and not w:
-                tok_end[at] = j
-                at += 1
-            inside = w
-        if inside:
-            tok_end[at] = end[d]
+        j = np.uint64(start[d])
+        stop = np.uint64(end[d])
+        while j < stop:
+            if word[data[j]] == 0:
+                j += np.uint64(1)
+                continue
+            k = j
+            while k < stop and word[data[k]] != 0:
+                k += np.uint64(1)
+            h = _MIX_SEED ^ (k - j)
+            f = _OFFSET
+            for i in range(j, k):
+                c = np.uint64(lower[data[i]])
+                h = (h ^ c) * _MIX_MUL
+                h ^= h >> np.uint64(31)
+                f = (f ^ c) * _PRIME
+            char[at] = np.int64(j) - start[d]
+            mix[at] = h
+            fnv[at] = f
             at += 1
-    return tok_start, tok_end, counts
+            counts[d] += 1
+            j = k
+    return char, mix, fnv, counts

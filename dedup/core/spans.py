@@ -66,13 +66,10 @@ def tokens(texts: list[str | None] | pa.Array, unit: str = "word") -> Tokens:
         end[null] = start[null]
     other = _kernels.non_ascii(data, start, end).astype(bool) if unit == "word" else end > start
     fast_end = np.where(other, start, end)
-    tok_start, tok_end, counts = _span_kernels.ascii_token_spans(data, start, fast_end, _ASCII_WORD)
-    lowered = _ASCII_LOWER[data] if len(data) else data
-    h1, h2 = _kernels.text_keys(lowered, tok_start, tok_end)
-    doc = np.repeat(np.arange(n), counts)
-    char = tok_start - start[doc]
+    char, h1, h2, counts = _span_kernels.ascii_token_keys(data, start, fast_end, _ASCII_WORD, _ASCII_LOWER)
     h1, h2 = np.asarray(h1, np.uint64), np.asarray(h2, np.uint64)
-    if other.any():  # the others by `re`, merged in text order
+    if other.any():
+        doc = np.repeat(np.arange(n), counts)  # the others by `re`, merged in text order
         pattern = WORD if unit == "word" else CHAR
         slow_doc: list[int] = []
         slow_char: list[int] = []
@@ -92,8 +89,8 @@ def tokens(texts: list[str | None] | pa.Array, unit: str = "word") -> Tokens:
         char = np.concatenate([char, np.asarray(slow_char, np.int64)])[order]
         h1 = np.concatenate([h1, np.asarray(s1, np.uint64)])[order]
         h2 = np.concatenate([h2, np.asarray(s2, np.uint64)])[order]
-    per_doc = np.bincount(doc, minlength=n) if len(doc) else np.zeros(n, np.int64)
-    return Tokens(np.concatenate([[0], np.cumsum(per_doc)]).astype(np.int64), char.astype(np.int64), h1, h2)
+        counts = np.bincount(doc, minlength=n) if len(doc) else np.zeros(n, np.int64)
+    return Tokens(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), char.astype(np.int64, copy=False), h1, h2)
 
 
 def window_keys(tok: Tokens, size: int) -> tuple[NDArray[np.uint64], NDArray[np.uint64], NDArray[np.int64]]:

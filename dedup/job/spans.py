@@ -1,10 +1,8 @@
 """The spans stage on Dask, with `dedup spans` or `run --spans`: exact substring dedup (docs/contract.md,
-section 6c) on the survivors, their texts as line dedup leaves them. Each partition's window keys
-counted with their first occurrence (`partition_windows`), routed by key to ranges where each key is
-settled over the corpus (line dedup's `settle_keys` and routing), the repeated keys routed back to
-the partitions holding them, and each partition's changed documents found from them (`span_changes`,
-persisted with their new texts; the write writes those)."""
-
+section 6c) on the survivors, their texts as line dedup leaves them, in the three moves
+`dedup.partition.spans` describes. Each step reads the input for itself (`read_for`), and only each
+partition's changed documents with their new texts (`span_changes`) are held after it: the write
+writes those."""
 from __future__ import annotations
 
 from functools import partial

@@ -1,14 +1,16 @@
 """Exact substring (span) dedup per partition (docs/contract.md, section 6c), on the documents the
 earlier passes keep (the survivors, their texts as line dedup leaves them), in three steps around
-three moves, routed by key as line dedup's are (`dedup.partition.lines.key_part`):
+three moves, each routed by key to ranges of the first hash (`key_range`,
+`dedup.partition.lines.key_part`) or back to a partition:
 
 1. `window_counts`: at each input partition, the first hash of every k-token window of its surviving
-   documents once, with its count there (16 bytes a row); routed by hash, `repeated_keys`: the first
-   hashes seen twice or more over the corpus, sent back to the partitions holding them;
+   documents once, packed with whether it occurs twice there and the partition (`packed`: 8 bytes a
+   row); routed by hash, `repeated_keys`: those seen twice or more over the corpus, each sent back to
+   its partition;
 2. `partition_windows`: at each partition again, the windows with such a first hash, once a key
    (both hashes), with their count and first occurrence there; routed by key, `settle_windows`: each
-   key seen twice or more over the corpus, with its first occurrence, sent to every partition
-   holding it (`to_holders`);
+   key seen twice or more over the corpus, with its first occurrence, and a row for each partition
+   holding it, sent there (`to_holders`; the range's most repeated keys, `top_windows`, taken first);
 3. `span_changes`: at each partition, the tokens a repeated window covers (with keep "first", every
    window but the key's first occurrence; with "none", every one), cut from the texts
    (`dedup.core.spans.cut`), and the documents left without a word or, cut, holding a protected
@@ -18,7 +20,6 @@ A key is two independent 64-bit polynomial hashes of the window's token hashes; 
 documents are tokenised a few thousand at a time (`TOKEN_CHUNK`), so no task holds more than its
 partition's window keys, whatever the corpus or a key's copies.
 """
-
 from __future__ import annotations
 
 import re
