@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from dedup.core.spans import covered, cut, tokens, window_keys
 from dedup.job.pipeline import run
 from dedup.partition import lines as part_lines
+from dedup.partition import span_keys
 from dedup.partition import spans as part_spans
 from dedup.partition.keyspace import doc_keys
 from tests.conftest import DEDUP, chromium, clean_partitions, kill_after, parquet_digests, run_command, write_shards
@@ -43,12 +44,12 @@ def _steps(texts: list[str | None], ids: list[str], parts: int, rule: part_spans
     pieces, feats = zip(*clean_partitions(frame, parts))
     counts = pd.concat([part_spans.window_counts(p, f, None, None, None, "text", True, rule, parts, {"number": n})
                         for n, (p, f) in enumerate(zip(pieces, feats))], ignore_index=True)
-    repeated = part_spans.repeated_keys(counts, parts)
-    to = part_spans.part_of(repeated, parts)
+    repeated = span_keys.repeated_keys(counts, parts)
+    to = span_keys.part_of(repeated, parts)
     rows = pd.concat([part_spans.partition_windows(p, f, None, None, None, repeated[to == n], "id", "text",
                                                    True, rule, parts, {"number": n})
                       for n, (p, f) in enumerate(zip(pieces, feats))], ignore_index=True)
-    settled = part_spans.settle_windows(rows)
+    settled = span_keys.settle_windows(rows)
     out: dict[str, str | None] = {}
     for n, (p, f) in enumerate(zip(pieces, feats)):
         mine = settled[settled["part"] == n].reset_index(drop=True)
@@ -134,7 +135,7 @@ def test_settled_windows_and_their_top_are_what_sorting_by_id_gives(rows: list[t
                          _id=[f"id{d}" for d in frame["doc"]], line=frame["line"].astype(np.int32),
                          count=frame["count"].astype(np.int32),
                          doc=(frame["part"].to_numpy(np.int64) << 32) | frame["doc"].to_numpy(np.int64))
-    got = part_spans.settle_windows(frame.drop(columns=["key", "part"]))
+    got = span_keys.settle_windows(frame.drop(columns=["key", "part"]))
     expect = []
     for (h1, h2), g in frame.groupby(["h1", "h2"]):
         if g["count"].sum() < 2:
@@ -142,7 +143,7 @@ def test_settled_windows_and_their_top_are_what_sorting_by_id_gives(rows: list[t
         first = g.sort_values(["_id", "line"]).iloc[0]
         expect += [(h1, h2, int(g["count"].sum()), first["_id"], int(first["line"]), int(p)) for p in g["part"]]
     assert sorted(got[["h1", "h2", "count", "_id", "line", "part"]].itertuples(index=False, name=None)) == sorted(expect)
-    top = part_spans.top_windows(got, n)
+    top = span_keys.top_windows(got, n)
     assert top["keys"].sum() == len({(e[0], e[1]) for e in expect})
     lines_top = part_lines.top_keys(got.drop(columns=["lead", "first"]), n)
     assert top[["h1", "h2", "count", "_id", "line"]].values.tolist() == \

@@ -18,6 +18,7 @@ from dedup.job.graphs import persist_counting, read_for
 from dedup.job.routing import route_by
 from dedup.job.stage import Settings, Step, View
 from dedup.partition import lines as part_lines
+from dedup.partition import span_keys
 from dedup.partition import spans as part_spans
 from dedup.report.shown import shorten
 
@@ -56,20 +57,20 @@ class Spans(Step):
 
         # the first move: every first hash with its count, 16 bytes a row; those seen twice come back
         counted = dd.map_partitions(part_spans.window_counts, *read("span_counts"), roots, line_keys, line_changes,
-                                    s.text_column, drop, s.spans, n, meta=part_spans.COUNTS_META, align_dataframes=False)
-        repeated = route_by(route_by(counted, partial(part_spans.key_range, npartitions=n), n).map_partitions(
-            part_spans.repeated_keys, n, meta=part_spans.COUNTS_META), partial(part_spans.part_of, npartitions=n), n)
+                                    s.text_column, drop, s.spans, n, meta=span_keys.COUNTS_META, align_dataframes=False)
+        repeated = route_by(route_by(counted, partial(span_keys.key_range, npartitions=n), n).map_partitions(
+            span_keys.repeated_keys, n, meta=span_keys.COUNTS_META), partial(span_keys.part_of, npartitions=n), n)
         # the second: the repeated keys with their first occurrence here, settled over the corpus
         windows = dd.map_partitions(part_spans.partition_windows, *read("span_windows"), roots, line_keys, line_changes,
                                     repeated, s.id_column, s.text_column, drop, s.spans, n,
                                     meta=part_spans.windows_meta(id_dtype), align_dataframes=False)
         settled = route_by(windows, partial(part_lines.key_part, npartitions=n), n).map_partitions(
-            part_spans.settle_windows, meta=part_spans.settled_meta(id_dtype))
+            span_keys.settle_windows, meta=span_keys.settled_meta(id_dtype))
         # the third: each repeated key to the partitions holding it, which cut what it covers
-        top = settled.map_partitions(part_spans.top_windows, TOP_CANDIDATES,
-                                     meta=part_spans.top_meta(id_dtype))
-        back = route_by(dd.map_partitions(part_spans.to_holders, settled, top, meta=part_spans.HOLDERS_META,
-                                          align_dataframes=False), part_spans.holder_of, n)
+        top = settled.map_partitions(span_keys.top_windows, TOP_CANDIDATES,
+                                     meta=span_keys.top_meta(id_dtype))
+        back = route_by(dd.map_partitions(span_keys.to_holders, settled, top, meta=span_keys.HOLDERS_META,
+                                          align_dataframes=False), span_keys.holder_of, n)
         changes = dd.map_partitions(part_spans.span_changes, *read("span_changes"), roots, line_keys, line_changes, back,
                                     s.text_column, drop, prot, s.spans, meta=part_spans.SPAN_CHANGES_META,
                                     align_dataframes=False)
@@ -77,7 +78,7 @@ class Spans(Step):
         # only the changes are held: the repeated keys go to them straight from the shuffle
         (span_changes,), (c, t) = persist_counting([changes], [counts, top])
         job.span_changes = span_changes
-        top_rows = distinct_windows(part_spans.top_of(t, TOP_CANDIDATES), s.spans.size)
+        top_rows = distinct_windows(span_keys.top_of(t, TOP_CANDIDATES), s.spans.size)
         if len(top_rows):  # the spans' texts, read at their first occurrence by the partitions holding them
             texts = dd.map_partitions(part_spans.window_texts, ddf, job.feat, roots, line_keys, line_changes,
                                       s.text_column, drop, s.spans, shared(top_rows),
