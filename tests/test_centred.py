@@ -62,13 +62,14 @@ def _want(frame: pd.DataFrame, mode: str, confirm: str, rank: dict | None = None
 @pytest.mark.parametrize("confirm", ["estimate", "exact"])
 def test_centred_and_connected_clusters_equal_the_reference(client, tmp_path: Path, chained: pd.DataFrame,
                                                             confirm: str) -> None:
-    """Both modes, one shard or seven read as partitions of 20 rows (exact: centred, seven), components
-    (and each centred round's) on the client or, for seven, on the cluster: the reference's
-    survivors, and in removed.parquet its similarity of every removed document to its survivor."""
+    """Both modes, seven shards read as partitions of 20 rows with components on the cluster, and
+    centred (estimate) also one shard with each round's components on the client (exact: centred,
+    seven): the reference's survivors, and in removed.parquet its similarity of every removed
+    document to its survivor."""
     for mode in ("connected", "centred") if confirm == "estimate" else ("centred",):
         want, connected = _want(chained, mode, confirm), _want(chained, "connected", confirm)
         assert mode == "connected" or {r for r, _ in want.values()} != {r for r, _ in connected.values()}
-        for shards, rows in ((1, 10**6), (7, 20)) if confirm == "estimate" else ((7, 20),):
+        for shards, rows in ((1, 10**6), (7, 20)) if (confirm, mode) == ("estimate", "centred") else ((7, 20),):
             out = tmp_path / f"{mode}-{shards}"
             m = run(str(_shards(chained, tmp_path / f"in-{mode}-{shards}", shards)), str(out), drop=False,
                     partition_rows=rows, params=Params(confirm=confirm), clusters=mode, cluster_size=True,
