@@ -43,16 +43,3 @@ def warm_kernels() -> None:
     id_hashes(np.array(["a", "b"], dtype=object))
     removed_at(pd.DataFrame({"left": np.zeros(1, np.int64), "right": np.ones(1, np.int64),
                              "score": np.full(1, 0.9, np.float32), "confirmed": [True]}), (0.8,), 0.8, 2)  # what-if
-
-
-def compile_all() -> None:
-    """Every kernel compiled once into numba's on-disk cache, span dedup's too: after an install, so
-    that the processes started next load them instead of each compiling them at once."""
-    from dedup.core.spans import tokens, window_keys
-
-    warm_kernels()
-    window_keys(tokens([_TEXT, "naïve " + _TEXT]), 3)
-
-
-if __name__ == "__main__":  # python -m dedup.partition.warm
-    compile_all()
