@@ -411,6 +411,18 @@ def chromium(width: int = 1200, height: int = 2000) -> Any:
     return _SharedBrowser(driver)
 
 
+def table_cells(driver: Any, rows: str) -> list[list[str]]:
+    """The text of each cell (`td`) of each row the CSS selector `rows` finds on the open page."""
+    from selenium.webdriver.common.by import By
+
+    return [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in driver.find_elements(By.CSS_SELECTOR, rows)]
+
+
+def share_counts(driver: Any, rows: str) -> list[int]:
+    """The documents column (the second cell) of a page's histogram of shares removed, row by row."""
+    return [int(cells[1].replace(",", "")) for cells in table_cells(driver, rows) if cells]
+
+
 def _start_chromium() -> Any:
     """A headless Chromium driven by Selenium, logging the console and the network."""
     from selenium import webdriver

@@ -26,7 +26,17 @@ from dedup.job.pipeline import run
 from dedup.partition import lines as part_lines
 from dedup.partition.keyspace import doc_keys
 from dedup.storage.safety import UsageError
-from tests.conftest import DEDUP, chromium, clean_partitions, kill_after, parquet_digests, run_command, write_shards
+from tests.conftest import (
+    DEDUP,
+    chromium,
+    clean_partitions,
+    kill_after,
+    parquet_digests,
+    run_command,
+    share_counts,
+    table_cells,
+    write_shards,
+)
 from tests.reference import DROPPED, ref_clusters, ref_lines, ref_removed_lines
 
 NO_GUARD = {"max_lines_removed": 1.0}
@@ -193,9 +203,8 @@ def test_a_line_in_every_document_stays_only_in_the_first(client, tmp_path: Path
     d = chromium()
     try:
         d.get((tmp_path / "out" / m["report"]).as_uri())
-        top = [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in d.find_elements(By.CSS_SELECTOR, "#top-lines tr")]
-        shares = [int(r.find_elements(By.TAG_NAME, "td")[1].text.replace(",", ""))
-                  for r in d.find_elements(By.CSS_SELECTOR, "#line-shares tr") if r.find_elements(By.TAG_NAME, "td")]
+        top = table_cells(d, "#top-lines tr")
+        shares = share_counts(d, "#line-shares tr")
         counts = {e.get_attribute("data-key"): (e.text, e.find_element(By.XPATH, "following-sibling::td").text)
                   for e in d.find_elements(By.CSS_SELECTOR, "#counts td[data-key]")}
         grid = [[c.text for c in r.find_elements(By.CSS_SELECTOR, "th, td")]

@@ -24,7 +24,17 @@ from dedup.partition import lines as part_lines
 from dedup.partition import span_keys
 from dedup.partition import spans as part_spans
 from dedup.partition.keyspace import doc_keys
-from tests.conftest import DEDUP, chromium, clean_partitions, kill_after, parquet_digests, run_command, write_shards
+from tests.conftest import (
+    DEDUP,
+    chromium,
+    clean_partitions,
+    kill_after,
+    parquet_digests,
+    run_command,
+    share_counts,
+    table_cells,
+    write_shards,
+)
 from tests.reference import DROPPED, _span_tokens, ref_clusters, ref_lines, ref_span_removed, ref_spans
 
 WORDS = ["the", "The", "cat", "sat", "on", "mat", "猫", "が", "座った", "naïve", "nai\u0308ve", "🙂", "x_1", "ÉTÉ",
@@ -228,9 +238,8 @@ def test_run_with_lines_and_spans_cuts_the_survivors_texts(client, tmp_path: Pat
     d = chromium()
     try:
         d.get((tmp_path / "out" / m["report"]).as_uri())
-        shown = [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in d.find_elements(By.CSS_SELECTOR, "#top-spans tr")]
-        shares = [int(r.find_elements(By.TAG_NAME, "td")[1].text.replace(",", ""))
-                  for r in d.find_elements(By.CSS_SELECTOR, "#span-shares tr") if r.find_elements(By.TAG_NAME, "td")]
+        shown = table_cells(d, "#top-spans tr")
+        shares = share_counts(d, "#span-shares tr")
         counts = {e.get_attribute("data-key"): e.text for e in d.find_elements(By.CSS_SELECTOR, "#counts td[data-key]")}
     finally:
         d.quit()

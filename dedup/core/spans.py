@@ -109,6 +109,17 @@ def covered(n_tokens: int, first: NDArray[np.int64], size: int) -> NDArray[np.bo
     return np.cumsum(delta[:-1]) > 0
 
 
+def removed_runs(removed: NDArray[np.bool_], doc: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Each maximal run of `removed` tokens within one text (`doc`: each token's text): its first
+    token, and the token after its last (the next text's first, or the end, when it ends its text)."""
+    same = doc[1:] == doc[:-1]
+    begins = removed.copy()
+    begins[1:] &= ~(removed[:-1] & same)
+    ends = removed.copy()
+    ends[:-1] &= ~(removed[1:] & same)
+    return np.flatnonzero(begins), np.flatnonzero(ends) + 1
+
+
 def cut(texts: list[str | None] | pa.Array, tok: Tokens, removed: NDArray[np.bool_]) -> dict[int, str]:
     """The new text of each of `texts` that loses a token: without each maximal run of `removed`
     tokens, from its first token's first character up to the next kept token's first character (to
@@ -118,12 +129,7 @@ def cut(texts: list[str | None] | pa.Array, tok: Tokens, removed: NDArray[np.boo
         return out
     doc = tok.doc
     n = len(removed)
-    # each run of removed tokens of one text: its first token, and the token after it (n at a text's end)
-    begins = removed.copy()
-    begins[1:] &= ~(removed[:-1] & (doc[1:] == doc[:-1]))
-    ends = removed.copy()
-    ends[:-1] &= ~(removed[1:] & (doc[1:] == doc[:-1]))
-    lo, hi = np.flatnonzero(begins), np.flatnonzero(ends) + 1
+    lo, hi = removed_runs(removed, doc)
     last = tok.offsets[doc[lo] + 1]  # the first token of the next text
     cut_from = tok.start[lo]
     cut_to = np.where(hi < last, tok.start[np.minimum(hi, n - 1)], -1)  # -1: to the text's end

@@ -3,6 +3,7 @@ section 6c) on the survivors, their texts as line dedup leaves them, in the thre
 `dedup.partition.spans` describes. Each step reads the input for itself (`read_for`), and only each
 partition's changed documents with their new texts (`span_changes`) are held after it: the write
 writes those."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -55,7 +56,7 @@ class Spans(Step):
             steps on either side of a move would be held, every partition of it, until both ran."""
             return read_for(ddf, use), without_signatures(read_for(job.feat, use))
 
-        # the first move: every first hash with its count, 16 bytes a row; those seen twice come back
+        # the first move: every first hash once, 8 bytes a row (`span_keys.packed`); those seen twice come back
         counted = dd.map_partitions(part_spans.window_counts, *read("span_counts"), roots, line_keys, line_changes,
                                     s.text_column, drop, s.spans, n, meta=span_keys.COUNTS_META, align_dataframes=False)
         repeated = route_by(route_by(counted, partial(span_keys.key_range, npartitions=n), n).map_partitions(
@@ -80,7 +81,7 @@ class Spans(Step):
         job.span_changes = span_changes
         top_rows = distinct_windows(span_keys.top_of(t, TOP_CANDIDATES), s.spans.size)
         if len(top_rows):  # the spans' texts, read at their first occurrence by the partitions holding them
-            texts = dd.map_partitions(part_spans.window_texts, ddf, job.feat, roots, line_keys, line_changes,
+            texts = dd.map_partitions(part_spans.window_texts, ddf, without_signatures(job.feat), roots, line_keys, line_changes,
                                       s.text_column, drop, s.spans, shared(top_rows),
                                       meta={"doc": "int64", "line": "int64", "text": object}, align_dataframes=False)
             (found,) = compute(texts)

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from dedup.core.decontam import ProtectedNgrams
-from dedup.core.spans import CHAR, WORD, Tokens, covered, cut, tokens, window_keys, with_cuts
+from dedup.core.spans import CHAR, WORD, Tokens, covered, cut, removed_runs, tokens, window_keys, with_cuts
 from dedup.core.text import encode_batch, string_array
 from dedup.partition.features import AFTER_LINES
 from dedup.partition.keyspace import doc_keys
@@ -224,9 +224,7 @@ def removed_tokens(tok: Tokens, keys: NDArray[np.int64], settled: pd.DataFrame |
 
 def _runs(removed: NDArray[np.bool_], doc: NDArray[np.int64], n: int) -> NDArray[np.int64]:
     """Per text (of `n`): how many maximal runs of removed tokens it has."""
-    start = removed.copy()
-    start[1:] &= ~(removed[:-1] & (doc[1:] == doc[:-1]))
-    return np.bincount(doc[start], minlength=n)
+    return np.bincount(doc[removed_runs(removed, doc)[0]], minlength=n)
 
 
 def span_changes(part: pd.DataFrame, feat: pd.DataFrame, roots: pd.DataFrame | None, line_keys: pd.DataFrame | None,
