@@ -10,6 +10,7 @@ from dedup.config import (
     CLUSTER_MODES,
     COMPONENT_MODES,
     CONFIRM_MODES,
+    CONTAMINATION_ACTIONS,
     DEFAULT_SHINGLE_SIZE,
     MAX_CONTAMINATED,
     MAX_LINES_REMOVED,
@@ -134,6 +135,17 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
                        help="stop before publishing (exit 3, OUTPUT as it was) when decontamination would remove more "
                             "than this share of the input: an eval record quoting boilerplate can gut a corpus; a "
                             f"--dry-run only warns; 1 turns the guard off (default: {MAX_CONTAMINATED})")
+        d.add_argument("--contaminated", choices=CONTAMINATION_ACTIONS, default="drop",
+                       help="what a document sharing a protected n-gram becomes: drop (removed, listed in "
+                            "_report/removed.parquet); tag (kept, with a contaminated_by column: the FILE#RECORD it "
+                            "shares n-grams with); cut (each match cut with 200 characters either side, pieces of 200 "
+                            "or fewer dropped; more than 10 matches or nothing left drops it). Every run with "
+                            "--protected writes _report/eval_records.parquet: what each eval record shares with the "
+                            "corpus (default: drop)")
+        d.add_argument("--max-ngram-docs", type=int, default=None, metavar="K",
+                       help="ignore a protected n-gram found in more than K documents: common text (a license, a "
+                            "form's wording), not a leak; each is listed with its count in the manifest and the page "
+                            "(default: none ignored)")
 
 
 def _add_runtime(p: argparse.ArgumentParser) -> None:

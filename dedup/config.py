@@ -38,6 +38,18 @@ about 80 more while counted: under 50 MiB whatever the corpus), by components on
 MAX_CONTAMINATED = 0.1
 """`--max-contaminated`: a run whose decontamination would remove more than this share of its input
 stops before publishing (a dry run only warns): an eval record that quotes boilerplate guts a corpus."""
+CONTAMINATION_ACTIONS = ("drop", "tag", "cut")
+"""`--contaminated`: what happens to a document sharing a protected n-gram (docs/contract.md §6e): dropped
+(the default, §6), kept with the records it shares n-grams with (`contaminated_by`), or the leaked
+passages cut out of it."""
+CUT_MARGIN = 200
+"""The cut: characters removed on each side of a matched n-gram (GPT-3's and lm-eval's Janitor's)."""
+CUT_MIN_PIECE = 200
+"""The cut: a piece left of this many characters or fewer is dropped too."""
+CUT_MAX_WINDOWS = 10
+"""The cut: a document with more matching windows (n-gram occurrences) than this is dropped whole."""
+WHAT_IF_NGRAM_DOCS = (1, 2, 5, 10, 100, 1000)
+"""The page's what-if for `--max-ngram-docs`: the documents each of these caps would leave hit."""
 MIN_COPIES = 2
 """`--min-copies`: the occurrences in the corpus that make a line's key repeated (line dedup)."""
 MIN_LINE_WORDS = 1

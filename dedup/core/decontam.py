@@ -8,6 +8,7 @@ confirmed against the real n-gram and a collision never costs a document.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -131,16 +132,22 @@ class ProtectedNgrams:
 
     def hits(self, batch: TextBatch) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Every confirmed hit in `batch`: (document index, n-gram index), one per matching window."""
+        doc, gram, _ = self.hits_at(batch)
+        return doc, gram
+
+    def hits_at(self, batch: TextBatch) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+        """Every confirmed hit in `batch`: (document index, n-gram index, the window's first word in
+        its document), one per matching window (a window holds one n-gram), by window."""
         empty = np.zeros(0, np.int64)
         n_docs = len(batch.word_offsets) - 1
         if len(self.hashes) == 0 or n_docs == 0:
-            return empty, empty
+            return empty, empty, empty
         h, offsets = batch.window_hashes(self.ngram_size, short=False)
         lo = np.searchsorted(self.hashes, h, side="left")
         hi = np.searchsorted(self.hashes, h, side="right")
         w = np.flatnonzero(hi > lo)
         if len(w) == 0:
-            return empty, empty
+            return empty, empty, empty
         span = (hi - lo)[w]
         win = np.repeat(w, span)
         gram = np.repeat(lo[w], span) + (np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span))
@@ -148,16 +155,47 @@ class ProtectedNgrams:
         first_word = batch.word_offsets[doc] + (win - offsets[doc])
         ws, we = batch.word_start[first_word], batch.word_ends(first_word + self.ngram_size - 1)
         ok = _kernels.spans_equal(batch.buf, ws, we, self.buf, self.start[gram], self.end[gram])
-        return doc[ok].astype(np.int64), gram[ok].astype(np.int64)
+        return doc[ok].astype(np.int64), gram[ok].astype(np.int64), (win - offsets[doc])[ok].astype(np.int64)
 
-    def first_hits(self, batch: TextBatch) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+    def without(self, grams: NDArray[np.int64]) -> ProtectedNgrams:
+        """The same records without the n-grams `grams` (indices into this set): `--max-ngram-docs`'
+        rule, which ignores common ones. Records keep their numbers; n-grams are numbered anew."""
+        keep = np.ones(len(self.hashes), bool)
+        keep[np.asarray(grams, np.int64)] = False
+        counts = np.diff(self.rec_offsets)[keep]
+        rec_keep = np.repeat(keep, np.diff(self.rec_offsets))
+        rec_offsets = np.zeros(int(keep.sum()) + 1, np.int64)
+        np.cumsum(counts, out=rec_offsets[1:])
+        return dataclasses.replace(self, hashes=self.hashes[keep], start=self.start[keep], end=self.end[keep],
+                                   rec_offsets=rec_offsets, rec_ids=self.rec_ids[rec_keep],
+                                   min_record=self.min_record[keep])
+
+    def records_of(self, gram: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Each (n-gram, record) pair of the n-grams `gram`: (position in `gram`, record), n-gram by n-gram."""
+        gram = np.asarray(gram, np.int64)
+        span = self.rec_offsets[gram + 1] - self.rec_offsets[gram]
+        first = np.repeat(np.cumsum(span) - span, span)
+        pos = np.repeat(self.rec_offsets[gram], span) + (np.arange(span.sum()) - first)
+        return np.repeat(np.arange(len(gram)), span), self.rec_ids[pos].astype(np.int64)
+
+    def record_ngrams(self) -> NDArray[np.int64]:
+        """How many distinct n-grams of this set each record holds."""
+        return np.bincount(self.rec_ids, minlength=len(self.record_labels)).astype(np.int64)
+
+    def label(self, record: int) -> str:
+        """`FILE#RECORD`, as `contaminated_by` and the eval side name a record."""
+        return f"{self.files[self.record_file[record]]}#{self.record_labels[record]}"
+
+    def first_hits(self, batch: TextBatch,
+                   found: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
         """Per document of `batch`: the smallest record index among its confirmed hits (-1 if clean),
-        and the smallest n-gram index among its hits of that record (-1 if clean)."""
+        and the smallest n-gram index among its hits of that record (-1 if clean). `found`: the
+        batch's `hits`, when already found."""
         n_docs = len(batch.word_offsets) - 1
         big = np.iinfo(np.int64).max
         record = np.full(n_docs, big, dtype=np.int64)
         gram_of = np.full(n_docs, -1, dtype=np.int64)
-        doc, gram = self.hits(batch)
+        doc, gram = found if found is not None else self.hits(batch)
         if len(doc):
             rec = self.min_record[gram].astype(np.int64)
             np.minimum.at(record, doc, rec)
@@ -177,10 +215,8 @@ class ProtectedNgrams:
         """(doc, record, gram): each document of `batch` (its row in the batch), each record one of its
         n-grams belongs to, and that n-gram; one row per (document, n-gram, record)."""
         doc, gram = self.hits(batch)
-        span = self.rec_offsets[gram + 1] - self.rec_offsets[gram]
-        rec_pos = np.repeat(self.rec_offsets[gram], span) + (np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span))
-        return pd.DataFrame({"doc": np.repeat(doc, span).astype(np.int64), "record": self.rec_ids[rec_pos].astype(np.int64),
-                             "gram": np.repeat(gram, span).astype(np.int64)})
+        at, record = self.records_of(gram)
+        return pd.DataFrame({"doc": doc[at], "record": record, "gram": gram[at]})
 
     def hit_counts(self, batch: TextBatch) -> pd.DataFrame:
         """Documents of `batch` hitting each record and each file, with the smallest n-gram hit per record.

@@ -1,6 +1,6 @@
 """The job's stages in the order they run: the pipeline is this list.
 
-    read -> features (and unique ids) -> [contamination] -> buckets -> confirm -> components
+    read -> [common] -> features (and unique ids) -> [contamination] -> buckets -> confirm -> components
          -> [survivors] -> roots -> [lines] -> [spans] -> [shown] -> write -> [report]
 
 Each is a `dedup.job.stage.Step` in the module of its name, declaring the results it reads and
@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dedup.job.buckets import Buckets
+from dedup.job.common import Common
 from dedup.job.components import Components
 from dedup.job.confirm import Confirm
 from dedup.job.contamination import Contamination
@@ -28,7 +29,7 @@ from dedup.job.spans import Spans
 from dedup.job.stage import Step
 from dedup.job.survivors import Survivors
 
-STAGES: tuple[Step, ...] = (Read(), Features(), Contamination(), Buckets(), Confirm(), Components(), Survivors(),
+STAGES: tuple[Step, ...] = (Read(), Common(), Features(), Contamination(), Buckets(), Confirm(), Components(), Survivors(),
                             Roots(), Lines(), Spans(), Shown(), Write(), Page())
 """The stages, in order; each runs when its `wanted` says the job needs it."""
 

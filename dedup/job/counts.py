@@ -18,6 +18,15 @@ class Report:
     contaminated_by_file: dict[str, int] = field(default_factory=dict)
     contaminated_by_record: list[dict[str, Any]] = field(default_factory=list)
     contaminated_records: int = 0
+    contamination_hit: int = 0
+    """Documents sharing a protected n-gram (the rule's, common ones ignored), whatever the action:
+    `contaminated` of them removed (all with drop, none with tag, those the cut drops with cut)."""
+    common_ngrams: list[dict[str, Any]] = field(default_factory=list)
+    """With `--max-ngram-docs K`: the protected n-grams found in more than K documents, ignored, with
+    their counts (the most common first)."""
+    common_ngram_count: int = 0
+    eval_what_if: list[dict[str, Any]] = field(default_factory=list)
+    """The documents still hit with each `--max-ngram-docs` cap (`WHAT_IF_NGRAM_DOCS`)."""
     near_duplicates: int = 0
     clusters: int = 0
     largest_cluster: int = 0
@@ -56,6 +65,8 @@ class Report:
     emptied_by_lines: int = 0
     """Documents line dedup left without a word (dropped, `empty_after_lines`)."""
     contaminated_after_lines: int = 0
+    """Documents whose new text, after line dedup, holds a protected n-gram (dropped,
+    `contaminated_after_lines`)."""
     emptied_by_spans: int = 0
     """Documents span dedup left without a word (dropped, `empty_after_spans`)."""
     contaminated_after_spans: int = 0
@@ -63,8 +74,6 @@ class Report:
     spans: dict[str, Any] = field(default_factory=dict)
     """With span dedup: spans, tokens and characters cut, documents changed and dropped, the share
     histogram and the most repeated spans (`dedup.job.spans`)."""
-    """Documents whose new text, after line dedup, holds a protected n-gram (dropped,
-    `contaminated_after_lines`)."""
     lines: dict[str, Any] = field(default_factory=dict)
     """With line dedup: lines and characters removed, documents changed and left without a word, and
     the histogram of the share of a changed document's characters removed (`dedup.job.lines`)."""

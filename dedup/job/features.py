@@ -13,9 +13,10 @@ from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
 from dedup.job.checkpoints import Through, as_is, read_part
 from dedup.job.compute import compute, shared
+from dedup.job.counts import Report
 from dedup.job.graphs import file_read, persist, read_for
 from dedup.job.ids import check_unique_ids, conflict_counts, existing_ids, id_conflicts
-from dedup.job.stage import Step, View
+from dedup.job.stage import Settings, Step, View, rule_needed
 from dedup.partition.features import KEEP, SIG, document_features, features_meta
 from dedup.storage import io
 
@@ -26,22 +27,23 @@ class FeatureCounts:
 
     rows: int
     contaminated: int
+    hit: int
     null_ids: int
 
 
 def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Params,
              protected: ProtectedNgrams | None, features_dir: str | None, through: Through = as_is,
-             near: bool = True) -> tuple[dd.DataFrame, dd.DataFrame]:
+             near: bool = True, action: str = "drop") -> tuple[dd.DataFrame, dd.DataFrame]:
     """Signatures, text hashes, keys and contamination per document, computed once (worker memory or
     disk), and their counts per partition (rows, contaminated, null_ids), lazy: computed with the
     next stage's (`FEATURE_COUNTS` sums them)."""
     prot = shared(protected) if protected is not None else None
     keep = ddf._meta[KEEP].dtype if KEEP in ddf.columns else None
-    feat = ddf.map_partitions(document_features, id_column, text_column, params, prot, near,
+    feat = ddf.map_partitions(document_features, id_column, text_column, params, prot, near, action,
                               meta=features_meta(params.num_perm, ddf._meta[id_column].dtype, keep))
     feat = persist(through("feat", feat)) if features_dir is None else _materialise(feat, features_dir)
     counts = without_signatures(feat).map_partitions(
-        _feature_counts, meta={"rows": "int64", "contaminated": "int64", "null_ids": "int64"})
+        _feature_counts, meta={"rows": "int64", "contaminated": "int64", "hit": "int64", "null_ids": "int64"})
     return feat, counts
 
 
@@ -59,12 +61,12 @@ def without_signatures(feat: dd.DataFrame) -> dd.DataFrame:
 
 def _feature_counts(f: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"rows": [len(f)], "contaminated": [int((f["source"] >= 0).sum())],
-                         "null_ids": [int(f["_id"].isna().sum())]})
+                         "hit": [int((f["hit"] >= 0).sum())], "null_ids": [int(f["_id"].isna().sum())]})
 
 
 def feature_counts(c: pd.DataFrame) -> FeatureCounts:
     """The computed counts of `features`, summed."""
-    return FeatureCounts(**{k: int(c[k].sum()) for k in ("rows", "contaminated", "null_ids")})
+    return FeatureCounts(**{k: int(c[k].sum()) for k in ("rows", "contaminated", "hit", "null_ids")})
 
 
 def _materialise(feat: dd.DataFrame, features_dir: str) -> dd.DataFrame:
@@ -91,15 +93,19 @@ class Features(Step):
     earlier outputs' indexes unless `skip_existing`)."""
 
     name = "features"
-    reads = ("source",)
+    reads = ("source", "rule")
     gives = ("feat",)
     frames = ("feat",)
+
+    def needs(self, s: Settings) -> tuple[str, ...]:
+        return ("source", *rule_needed(s))
 
     def run(self, job: View) -> str:
         s, report = job.settings, job.report
         feat, lazy_counts = features(job.source, id_column=s.id_column, text_column=s.text_column, params=s.params,
-                                     protected=s.protected, features_dir=s.features_dir,
-                                     through=partial(job.kept.through, self.name), near=s.near)
+                                     protected=job.protected,
+                                     features_dir=s.features_dir, through=partial(job.kept.through, self.name),
+                                     near=s.near, action=s.contaminated)
         conflicts, k, lazy_ids = id_conflicts(without_signatures(feat), s.npartitions, against=s.against, index_out=s.index_out,
                                               rows=s.rows)
         fc, ic, sample = compute(lazy_counts, *lazy_ids)
@@ -109,12 +115,12 @@ class Features(Step):
             where = "; first at " + ", ".join(f"{f} row {r}" for f, r in located) if located else ""
             raise ValueError(f"{c.null_ids} document(s) have a null id in column {s.id_column!r}{where}. "
                              "Every document needs a unique id.")
-        report.input_rows, report.contaminated = c.rows, c.contaminated
+        report.input_rows, report.contaminated, report.contamination_hit = c.rows, c.contaminated, c.hit
         id_counts, sample = conflict_counts(k, ic, sample)
         report.id_partitions = id_counts.id_partitions
         check_unique_ids(sample[sample["kind"] == 0], s.id_column, s.locate, id_counts.repeated)
-        summary = (f"{report.input_rows} rows in {job.source.npartitions} partitions, {report.contaminated} "
-                   "contaminated; every id occurs once")
+        summary = (f"{report.input_rows} rows in {job.source.npartitions} partitions, "
+                   f"{contamination_words(report, s.contaminated)}; every id occurs once")
         if s.against:
             feat = existing_ids(feat, conflicts, id_counts.existing, sample[sample["kind"] == 1], s.id_column,
                                 s.locate, s.skip_existing)
@@ -132,3 +138,13 @@ class Features(Step):
         job.feat = job.kept.frame(self.name, "feat")
         if job.settings.features_dir is None:  # kept in memory, as the interrupted run did
             job.feat = persist(job.feat)
+
+
+def contamination_words(report: Report, action: str) -> str:
+    """What the contamination action did to the documents hit, in the features' log line."""
+    hit = report.contamination_hit
+    if action == "tag":
+        return f"{hit} contaminated (tagged)"
+    if action == "cut":
+        return f"{hit} contaminated ({hit - report.contaminated} cut, {report.contaminated} dropped by the cut)"
+    return f"{report.contaminated} contaminated"

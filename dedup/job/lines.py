@@ -17,12 +17,12 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from dedup.job.compute import shared
+from dedup.job.contamination import after_check, cut_input
 from dedup.job.features import without_signatures
 from dedup.job.graphs import persist_counting, read_for
 from dedup.job.notices import warn
 from dedup.job.routing import route_by
-from dedup.job.stage import Settings, Step, View
+from dedup.job.stage import Settings, Step, View, rule_needed
 from dedup.partition import lines as part_lines
 from dedup.report.shown import shorten
 from dedup.storage.safety import TooManyLinesRemoved
@@ -33,7 +33,7 @@ class Lines(Step):
     most repeated lines and what other settings would remove; then the guard."""
 
     name = "lines"
-    reads = ("source", "feat", "roots")
+    reads = ("source", "feat", "roots", "rule")
     gives = ("line_keys", "line_changes", "line_counts", "top_lines")
     values = ("line_counts",)
     frames = ("line_keys", "line_changes")
@@ -43,7 +43,7 @@ class Lines(Step):
         return s.lines
 
     def needs(self, s: Settings) -> tuple[str, ...]:
-        return ("source", "feat", *(("roots",) if s.near else ()))
+        return ("source", "feat", *(("roots",) if s.near else ()), *rule_needed(s))
 
     def run(self, job: View) -> str:
         s, ddf = job.settings, job.source
@@ -52,11 +52,12 @@ class Lines(Step):
         def read(use: str) -> tuple[dd.DataFrame, dd.DataFrame]:
             """The input and its features, read for one step alone (`read_for`): a read shared by
             steps on either side of a move would be held, every partition of it, until both ran."""
-            return read_for(ddf, use), without_signatures(read_for(job.feat, use))
+            feat = without_signatures(read_for(job.feat, use))
+            return cut_input(read_for(ddf, use), feat, s, job.protected), feat
 
         roots = job.roots if s.near else None
         drop = s.drop and s.near
-        prot = shared(s.protected) if s.protected is not None else None
+        prot = after_check(s, job.protected)
         meta = part_lines.firsts_meta(ddf._meta[s.id_column].dtype)
         firsts = dd.map_partitions(part_lines.partition_firsts, *read("line_keys"), roots, s.id_column, s.text_column, drop,
                                    meta=meta, align_dataframes=False)

@@ -24,9 +24,10 @@ def record_warning(entry: dict[str, Any], input_rows: int) -> str | None:
     than `CONTAMINATION_WARN_SHARE` of the corpus: logged as the stage ends, kept in the manifest."""
     if not input_rows or entry["documents"] <= CONTAMINATION_WARN_SHARE * input_rows:
         return None
-    return (f"Protected record {shorten(entry['record'])} of {entry['file']} alone removes {entry['documents']:,} "
+    return (f"Protected record {shorten(entry['record'])} of {entry['file']} alone hits {entry['documents']:,} "
             f"documents ({100 * entry['documents'] / input_rows:.1f}% of the corpus), e.g. by the n-gram "
-            f"'{shorten(entry['ngram'])}': check that it is eval text and not boilerplate.")
+            f"'{shorten(entry['ngram'])}': check that it is eval text and not boilerplate (--max-ngram-docs ignores "
+            "n-grams found in many documents).")
 
 
 def bucket_warning(buckets: int, max_bucket: int, largest: int) -> str | None:
@@ -62,7 +63,19 @@ def contamination_guard(report: Report, max_share: float) -> str | None:
     return (f"Decontamination would remove {report.contaminated:,} of {report.input_rows:,} documents "
             f"({100 * report.contaminated / report.input_rows:.1f}%), above --max-contaminated {max_share:g}; "
             f"most by {named}. Check those records are eval text, not boilerplate (--dry-run writes the page "
-            "that shows them), or raise --max-contaminated (1 turns the guard off).")
+            f"that shows them){cap_hint(report, max_share)}, or raise --max-contaminated (1 turns the guard off).")
+
+
+def cap_hint(report: Report, max_share: float) -> str:
+    """When a few common n-grams do most of the removing: the largest `--max-ngram-docs` of the what-if
+    that leaves the run within the guard, as a clause of the guard's line (else nothing)."""
+    limit = max_share * report.input_rows
+    fits = [w for w in report.eval_what_if if w["documents"] <= limit and w["documents"] < report.contamination_hit / 2]
+    if not fits:
+        return ""
+    best = max(fits, key=lambda w: w["max_ngram_docs"])
+    return (f"; most of it is common text: --max-ngram-docs {best['max_ngram_docs']} (ignore a protected n-gram "
+            f"found in more documents) would leave {best['documents']:,} documents hit")
 
 
 def dropped_near(plan: Plan) -> int:
@@ -82,6 +95,15 @@ def build_manifest(plan: Plan, job: Job, output_rows: int) -> dict[str, Any]:
         "contaminated_dropped": report.contaminated, "contaminated_by_file": report.contaminated_by_file,
         "contaminated_by_record": report.contaminated_by_record,
         "contaminated_records": report.contaminated_records,
+        "contamination": {
+            "action": plan.options.contaminated, "documents_hit": report.contamination_hit,
+            "removed": report.contaminated,
+            "cut": report.contamination_hit - report.contaminated if plan.options.contaminated == "cut" else 0,
+            "tagged": report.contamination_hit if plan.options.contaminated == "tag" else 0,
+            "max_ngram_docs": plan.options.max_ngram_docs, "common_ngrams": report.common_ngram_count,
+            "common_ngrams_listed": report.common_ngrams, "what_if": report.eval_what_if,
+            "eval_records": removed.EVAL_RECORDS if plan.protected is not None and plan.options.write_report else None,
+        } if plan.protected is not None else None,
         "clusters": report.clusters, "largest_cluster": report.largest_cluster,
         "candidate_pairs": report.candidate_pairs, "confirmed_pairs": report.confirmed_pairs,
         "same_text_pairs": report.same_text_pairs,

@@ -16,7 +16,7 @@ from dedup.job.checkpoints import resumable
 from dedup.job.compute import compute, shared
 from dedup.job.features import without_signatures
 from dedup.job.plan import writes_index
-from dedup.job.stage import Settings, Step, View
+from dedup.job.stage import Settings, Step, View, rule_needed
 from dedup.report import removed
 from dedup.storage import index, stamps
 
@@ -34,7 +34,7 @@ class Write(Step):
     the shards'). Kept a partition at a time, not as a whole."""
 
     name = WRITE
-    reads = ("feat", "roots", "line_keys", "line_changes", "span_changes", "shown")
+    reads = ("feat", "roots", "line_keys", "line_changes", "span_changes", "shown", "rule")
     gives = ("written",)
     kept = False
 
@@ -44,7 +44,7 @@ class Write(Step):
     def needs(self, s: Settings) -> tuple[str, ...]:
         return ("feat", *(("roots",) if s.near else ()), *(("line_keys", "line_changes") if s.lines else ()),
                 *(("span_changes",) if s.spans is not None else ()),
-                *(("shown",) if s.details else ()))
+                *(("shown",) if s.details else ()), *rule_needed(s))
 
     def title(self, s: Settings) -> str:
         return "report" if s.dry_run else WRITE
@@ -72,6 +72,7 @@ class Write(Step):
         line_keys, changes = (job.line_keys, job.line_changes) if s.lines else (None, None)
         span_changes = job.span_changes if s.spans is not None else None
         split = write.split_files(groups)
+        rule = shared(job.protected) if job.protected is not None else None
         offsets = None
         if split and write_index:  # where each piece of a split file starts in it, for the index
             (counts,) = compute(dd.map_partitions(write.kept_counts, without_signatures(feat), roots, inputs, drop,
@@ -83,15 +84,15 @@ class Write(Step):
                 resumable, write.write_group, kept.directory(WRITE, "shards"), feat, roots, line_keys, changes, span_changes,
                 inputs,
                 write.ShardOptions(s.id_column, s.text_column, drop, near, staging.url,
-                                   params.num_perm if write_index else None, s.cluster_size),
-                shared((s.text_column, shown.rows_by_partition())) if shown is not None else None, offsets,
+                                   params.num_perm if write_index else None, s.cluster_size, s.contaminated),
+                shared((s.text_column, shown.rows_by_partition())) if shown is not None else None, offsets, rule,
                 meta={"rows": "int64", "indexed": "int64", "absorbed": "int64", "bytes": "int64",
                       "texts": object}, align_dataframes=False)
         if plan.options.write_report:
-            prot = shared(s.protected) if s.protected is not None else None
             lazy["removed"] = dd.map_partitions(
                 resumable, write.write_removed, kept.directory(WRITE, "removed"), without_signatures(feat), roots,
-                roots if s.details and near else None, changes, span_changes, inputs, s.id_column, prot, staging.url,
+                roots if s.details and near else None, changes, span_changes, inputs, s.id_column, rule, staging.url,
+                s.contaminated,
                 meta={"rows": "int64"}, align_dataframes=False)
             if s.lines:
                 lazy["removed_lines"] = dd.map_partitions(

@@ -151,7 +151,7 @@ def start(plan: Plan) -> Job:
         clusters=o.clusters, max_contaminated=o.max_contaminated, lines=o.lines,
         min_copies=o.min_copies, min_line_words=o.min_line_words, max_lines_removed=o.max_lines_removed,
         drop=o.drop, spans=SpanRule(o.span_tokens, plan.params.shingle_unit, o.spans_keep) if o.spans else None,
-        files=True, dry_run=o.dry_run)
+        files=True, dry_run=o.dry_run, contaminated=o.contaminated, max_ngram_docs=o.max_ngram_docs)
     return Job(settings, plan.report, kept, plan)
 
 
@@ -169,7 +169,10 @@ def publish(plan: Plan, job: Job) -> dict[str, Any]:
     plan.report.seconds["total"] = round(time.perf_counter() - plan.start, 3)
     manifest = build_manifest(plan, job, output_rows)
     if plan.options.write_report:
-        _write_page(plan, manifest, job.given.get("extras") or report_page.Extras())
+        if job.given.get("eval_records") is not None:
+            _write_eval_records(plan, job.given["eval_records"])
+        _write_page(plan, manifest, job.given.get("extras") or report_page.Extras(),
+                    job.given.get("eval_records"))
     plan.staging.write_json(MANIFEST, manifest)  # written last: the manifest marks the output complete
     _commit(plan, output_rows)
     return manifest
@@ -235,9 +238,21 @@ def _no_space(exc: BaseException) -> bool:
     return False
 
 
-def _write_page(plan: Plan, manifest: dict[str, Any], extras: report_page.Extras) -> None:
+def _write_eval_records(plan: Plan, records: pd.DataFrame) -> None:
+    """`_report/eval_records.parquet`: the eval side, a row per protected record (docs/contract.md §6e)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     staging = plan.staging
-    page = report_page.render(manifest, extras)
+    staging.fs.makedirs(f"{staging.tmp}/{removed.REPORT_DIR}", exist_ok=True)
+    with staging.fs.open(f"{staging.tmp}/{removed.EVAL_RECORDS}", "wb") as fh:
+        pq.write_table(pa.Table.from_pandas(records, schema=removed.EVAL_RECORDS_SCHEMA, preserve_index=False), fh)
+
+
+def _write_page(plan: Plan, manifest: dict[str, Any], extras: report_page.Extras,
+                eval_records: pd.DataFrame | None = None) -> None:
+    staging = plan.staging
+    page = report_page.render(manifest, extras, eval_records)
     staging.fs.makedirs(f"{staging.tmp}/{removed.REPORT_DIR}", exist_ok=True)
     with staging.fs.open(f"{staging.tmp}/{removed.PAGE}", "w", encoding="utf-8") as fh:
         fh.write(page)

@@ -18,6 +18,7 @@ import pyarrow as pa
 from dedup.config import (
     CLUSTER_MODES,
     COMPONENT_MODES,
+    CONTAMINATION_ACTIONS,
     MAX_CONTAMINATED,
     MAX_LINES_REMOVED,
     MIN_COPIES,
@@ -140,7 +141,10 @@ class Options:
     repeated; `min_line_words`: the words a line needs to be removed for its own key;
     `max_lines_removed`: the share of the survivors' characters it may remove before the run stops.
     `spans`: exact substring dedup (section 6c) on the survivors, after lines: every repeated run of
-    `span_tokens` tokens or more, its first occurrence kept (`spans_keep` "first") or not ("none")."""
+    `span_tokens` tokens or more, its first occurrence kept (`spans_keep` "first") or not ("none").
+    `contaminated`: what a document sharing a protected n-gram becomes: "drop", "tag" (kept, with
+    `contaminated_by`), "cut" (the leaked passages cut, section 6e); `max_ngram_docs`: a protected
+    n-gram found in more documents than this is ignored as common text (None: none is)."""
 
     protected: Sequence[PathLike] = ()
     near: bool = True
@@ -170,6 +174,8 @@ class Options:
     spans: bool = False
     span_tokens: int = SPAN_TOKENS
     spans_keep: str = "first"
+    contaminated: str = "drop"
+    max_ngram_docs: int | None = None
 
     def __post_init__(self) -> None:
         if self.components not in COMPONENT_MODES:
@@ -210,6 +216,16 @@ class Options:
             raise UsageError("--against with line dedup is not supported yet: an earlier output's index records its "
                              "documents, not their lines, so lines repeated across releases could not be found. Run "
                              "`dedup lines` on the new crawl first, then `dedup near --against` on its output.")
+        if self.contaminated not in CONTAMINATION_ACTIONS:
+            raise UsageError(f"--contaminated must be one of {', '.join(CONTAMINATION_ACTIONS)}. Got "
+                             f"{self.contaminated!r} instead.")
+        k = self.max_ngram_docs
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise UsageError(f"--max-ngram-docs is how many documents make a protected n-gram common text: an integer "
+                             f"of at least 1. Got {k!r} instead.")
+        if (self.contaminated != "drop" or k is not None) and not self.protected:
+            flag = "--contaminated" if self.contaminated != "drop" else "--max-ngram-docs"
+            raise UsageError(f"{flag} says how protected n-grams are handled; give --protected FILE too.")
         p = self.partition_rows
         if p is None:
             object.__setattr__(self, "partition_rows", SPAN_PARTITION_ROWS if self.spans else PARTITION_ROWS)
@@ -227,8 +243,9 @@ class Options:
 def writes_index(o: Options) -> bool:
     """Whether the run builds `_index/` (a dry run builds its bands and ids, which the run that
     publishes it reuses, but writes no docs files): near dedup asked for one, and no pass changed
-    the texts near dedup compared (lines, spans), which a later `--against` reads back from OUTPUT."""
-    return o.write_index and o.near and not o.lines and not o.spans
+    the texts near dedup compared (lines, spans, the contamination cut), which a later `--against`
+    reads back from OUTPUT."""
+    return o.write_index and o.near and not o.lines and not o.spans and o.contaminated != "cut"
 
 
 def prepare(input: str, output: str, options: Options | None = None) -> Plan:
@@ -261,6 +278,9 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     shards_mod.check_columns(found, schema, id_column, o.text_column, adds_cluster=o.near)
     if o.cluster_size and shards_mod.SIZE_COLUMN in schema.names:
         raise UsageError(f"The input already has a {shards_mod.SIZE_COLUMN!r} column; rename or drop it first.")
+    if o.contaminated == "tag" and shards_mod.TAG_COLUMN in schema.names:
+        raise UsageError(f"The input already has a {shards_mod.TAG_COLUMN!r} column (an earlier tagged output?); "
+                         "rename or drop it first, or use --contaminated drop or cut.")
     keep = _keep_by(o.keep_by, pa.schema([*schema, *hive]), o.near) if o.keep_by else None
     if keep is not None and keep[0] in shards_mod.shadowed_keys(found, schema):
         log.info("--keep-by %s: the files' own column %r is read; the directories' %s=... values, a Hive key of the "
@@ -301,6 +321,8 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
         chosen.update(lines=True, min_copies=o.min_copies, min_line_words=o.min_line_words, lines_after_near=True)
     if o.spans:
         chosen.update(spans=True, span_tokens=o.span_tokens, spans_keep=o.spans_keep)
+    if o.contaminated != "drop" or o.max_ngram_docs is not None:
+        chosen.update(contaminated=o.contaminated, max_ngram_docs=o.max_ngram_docs)
     staging = Staging(output, fingerprint(found, params, chosen, prot, parts), restart=o.restart)
     rows = o.partition_rows
     assert rows is not None  # resolved as the options were made

@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 
 from dedup.job.compute import compute, shared
+from dedup.job.contamination import after_check, cut_input
 from dedup.job.features import without_signatures
 from dedup.job.graphs import persist_counting, read_for
 from dedup.job.routing import route_by
-from dedup.job.stage import Settings, Step, View
+from dedup.job.stage import Settings, Step, View, rule_needed
 from dedup.partition import lines as part_lines
 from dedup.partition import span_keys
 from dedup.partition import spans as part_spans
@@ -29,7 +30,7 @@ class Spans(Step):
     and the most repeated spans."""
 
     name = "spans"
-    reads = ("source", "feat", "roots", "line_keys", "line_changes")
+    reads = ("source", "feat", "roots", "line_keys", "line_changes", "rule")
     gives = ("span_changes", "span_counts", "top_spans")
     values = ("span_counts",)
     frames = ("span_changes",)
@@ -39,7 +40,8 @@ class Spans(Step):
         return s.spans is not None
 
     def needs(self, s: Settings) -> tuple[str, ...]:
-        return ("source", "feat", *(("roots",) if s.near else ()), *(("line_keys", "line_changes") if s.lines else ()))
+        return ("source", "feat", *(("roots",) if s.near else ()), *(("line_keys", "line_changes") if s.lines else ()),
+                *rule_needed(s))
 
     def run(self, job: View) -> str:
         s, ddf = job.settings, job.source
@@ -48,13 +50,14 @@ class Spans(Step):
         roots = job.roots if s.near else None
         line_keys, line_changes = (job.line_keys, job.line_changes) if s.lines else (None, None)
         drop = s.drop and s.near
-        prot = shared(s.protected) if s.protected is not None else None
+        prot = after_check(s, job.protected)
         id_dtype = ddf._meta[s.id_column].dtype
 
         def read(use: str) -> tuple[dd.DataFrame, dd.DataFrame]:
             """The input and its features, read for one step alone (`read_for`): a read shared by
             steps on either side of a move would be held, every partition of it, until both ran."""
-            return read_for(ddf, use), without_signatures(read_for(job.feat, use))
+            feat = without_signatures(read_for(job.feat, use))
+            return cut_input(read_for(ddf, use), feat, s, job.protected), feat
 
         # the first move: every first hash once, 8 bytes a row (`span_keys.packed`); those seen twice come back
         counted = dd.map_partitions(part_spans.window_counts, *read("span_counts"), roots, line_keys, line_changes,
@@ -81,7 +84,9 @@ class Spans(Step):
         job.span_changes = span_changes
         top_rows = distinct_windows(span_keys.top_of(t, TOP_CANDIDATES), s.spans.size)
         if len(top_rows):  # the spans' texts, read at their first occurrence by the partitions holding them
-            texts = dd.map_partitions(part_spans.window_texts, ddf, without_signatures(job.feat), roots, line_keys, line_changes,
+            slim = without_signatures(job.feat)
+            texts = dd.map_partitions(part_spans.window_texts, cut_input(ddf, slim, s, job.protected), slim, roots,
+                                      line_keys, line_changes,
                                       s.text_column, drop, s.spans, shared(top_rows),
                                       meta={"doc": "int64", "line": "int64", "text": object}, align_dataframes=False)
             (found,) = compute(texts)

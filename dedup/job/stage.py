@@ -57,10 +57,12 @@ class Settings:
     `lines`: exact line dedup on the survivors (`dedup.job.lines`), a line's key of at least
     `min_line_words` words removed from all but its first occurrence once it occurs `min_copies`
     times; `max_lines_removed`: the share of the survivors' characters it may remove before the run
-    stops. `drop`: near duplicates are removed (else tagged and kept). `spans`: exact substring dedup
-    on the survivors, after lines (`dedup.job.spans`), by this rule. `files`: a run on files (`run`): the input is read
-    from them and OUTPUT's files are written (the stages `read`, `write` and the page's); `dry_run`:
-    no shard is written."""
+    stops. `contaminated`: what a document sharing a protected n-gram becomes ("drop", "tag", "cut",
+    docs/contract.md §6e); `max_ngram_docs`: a protected n-gram found in more documents is ignored
+    (the `rule` result, `dedup.job.common`). `drop`: near duplicates are removed (else tagged and
+    kept). `spans`: exact substring dedup on the survivors, after lines (`dedup.job.spans`), by this
+    rule. `files`: a run on files (`run`): the input is read from them and OUTPUT's files are written
+    (the stages `read`, `write` and the page's); `dry_run`: no shard is written."""
 
     params: Params
     id_column: str = "id"
@@ -90,6 +92,8 @@ class Settings:
     spans: SpanRule | None = None
     files: bool = False
     dry_run: bool = False
+    contaminated: str = "drop"
+    max_ngram_docs: int | None = None
 
 
 @dataclass
@@ -166,6 +170,11 @@ class Step:
         """What it derives from its results, however they came."""
 
 
+def rule_needed(s: Settings) -> tuple[str, ...]:
+    """`("rule",)` when the protected n-grams in force are a stage's result (`View.protected`)."""
+    return ("rule",) if s.protected is not None and s.max_ngram_docs is not None else ()
+
+
 class View:
     """What one stage sees of a job: the context, the results it reads (once given), and the results it
     gives (set once each). Anything else is a `ContractError`."""
@@ -197,6 +206,13 @@ class View:
         """The first key of the earlier outputs' documents (`--against`), read from the `layout` result."""
         layout = self.layout
         return layout.first_key if layout is not None else keyspace.NO_INDEX
+
+    @property
+    def protected(self) -> ProtectedNgrams | None:
+        """The protected n-grams in force: the settings', or with `max_ngram_docs` the `rule` result
+        (the common ones ignored), which a stage reading it declares."""
+        s = self.settings
+        return self.rule if s.protected is not None and s.max_ngram_docs is not None else s.protected
 
     @property
     def placement(self) -> keyspace.Placement:

@@ -17,8 +17,9 @@ from dedup.partition import keyspace
 from dedup.partition import lines as part_lines
 from dedup.partition import spans as part_spans
 from dedup.partition.buckets import band_documents
+from dedup.partition.contamination import cut_column, tag_column
 from dedup.partition.decisions import cluster_sizes, root_keys, row_decisions
-from dedup.partition.features import signatures_of
+from dedup.partition.features import HIT, signatures_of
 from dedup.report import removed
 from dedup.storage import index, index_files, reads
 from dedup.storage import shards as shards_mod
@@ -90,7 +91,8 @@ def join_pieces(staging_url: str, name: str, pieces: list[shards_mod.Piece]) -> 
 class ShardOptions:
     """How the write tasks write a partition: the id and text columns; `drop` the near duplicates or
     only `tag` rows with `minhash_cluster` (and with `sizes`, `minhash_cluster_size`); where
-    (`staging_url`); with `num_perm`, also the index's docs file."""
+    (`staging_url`); with `num_perm`, also the index's docs file; `contaminated`: the contamination
+    action (a cut rewrites texts, a tag adds `contaminated_by`)."""
 
     id_column: str
     text_column: str
@@ -99,12 +101,13 @@ class ShardOptions:
     staging_url: str
     num_perm: int | None = None
     sizes: bool = False
+    contaminated: str = "drop"
 
 
 def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFrame | None,
                 changes: pd.DataFrame | None, span_changes: pd.DataFrame | None, inputs: Inputs, options: ShardOptions,
                 shown: tuple[str, dict[int, list[int]]] | None = None,
-                offsets: dict[tuple[int, int], int] | None = None,
+                offsets: dict[tuple[int, int], int] | None = None, rule: ProtectedNgrams | None = None,
                 partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Write the output shards of one partition: each input file filtered, tagged, under its own name
     (a piece of a split file as a part, `piece_path`, joined later); with `options.num_perm`, also
@@ -115,7 +118,8 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
     `changes`: with line dedup, this partition's settled repeated lines and the documents that lose
     one (`dedup.job.lines`): the texts are written without the lines they lose, those it drops not.
     `span_changes`: with span dedup, the documents that lose a span, with their new texts
-    (`dedup.job.spans`), cut after the lines."""
+    (`dedup.job.spans`), cut after the lines. `rule`: the protected n-grams in force, for the
+    contamination cut (before the lines) or the `contaminated_by` tag (of the text written)."""
     import fsspec
 
     assert partition_info is not None
@@ -144,15 +148,22 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
         if len(here):
             got = reads.takeable(table.column(text_column)).take(pa.array(here - offset, pa.int64())).to_pylist()
             texts += zip(feat["doc"].to_numpy(np.int64)[here].tolist(), got)
+        if rule is not None and o.contaminated == "cut":
+            at = table.schema.get_field_index(o.text_column)
+            table = table.set_column(at, table.schema.field(at), cut_column(table.column(at), feat, offset, rule))
         if lines is not None:
             table = without_repeated_lines(table, o.text_column, feat, offset, lines, keep)
         if span_changes is not None:
             table = without_repeated_spans(table, o.text_column, feat, offset, span_changes)
         k = keep[offset:offset + n]
+        tags = tag_array(table, o.text_column, feat, offset, rule, (changes, span_changes)) \
+            if rule is not None and o.contaminated == "tag" else None
         out_row[offset:offset + n] -= written - (0 if piece.whole or offsets is None
                                                  else offsets[(partition_info["number"], i)])
         out_file[offset:offset + n] = s.name
         table = kept_rows(table, k)
+        if tags is not None:
+            table = table.append_column(pa.field(shards_mod.TAG_COLUMN, tags.type, nullable=False), tags.filter(pa.array(k)))
         if tag:
             table = table.append_column(cluster_field, pa.array(cluster[offset:offset + n][k], type=cluster_field.type))
             if size is not None:
@@ -181,6 +192,22 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
         absorbed = table.num_rows - indexed
     return pd.DataFrame({"rows": [written], "indexed": [indexed], "absorbed": [absorbed], "bytes": [nbytes],
                          "texts": pd.Series([texts], dtype=object)})
+
+
+def tag_array(table: pa.Table, text_column: str, feat: pd.DataFrame, offset: int, rule: ProtectedNgrams,
+              changed: tuple[pd.DataFrame | None, ...]) -> pa.Array:
+    """`contaminated_by` of `table` (rows offset.. of a features partition, its texts as written): the
+    records each row's text shares an n-gram with, read from the rows hit or changed by line or span
+    dedup (any other row's text is its input's, which shares none)."""
+    n = table.num_rows
+    docs = feat["doc"].to_numpy(np.int64)[offset:offset + n]
+    look = feat[HIT].to_numpy()[offset:offset + n] >= 0
+    for frame in changed:
+        if frame is not None and len(frame):
+            look |= np.isin(docs, frame["doc"].to_numpy(np.int64))
+    rows = np.flatnonzero(look)
+    texts = table.column(text_column).take(pa.array(rows, pa.int64())).to_pylist() if len(rows) else []
+    return tag_column(n, rows, texts, rule)
 
 
 def kept_rows(table: pa.Table, keep: NDArray[np.bool_]) -> pa.Table:
@@ -241,15 +268,16 @@ def locator(groups: list[list[shards_mod.Piece]]) -> Callable[[int], tuple[str, 
 
 def write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.DataFrame | None,
                   changes: pd.DataFrame | None, span_changes: pd.DataFrame | None, inputs: Inputs, id_column: str,
-                  protected: ProtectedNgrams | None, staging_url: str,
+                  protected: ProtectedNgrams | None, staging_url: str, contaminated: str = "drop",
                   partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Write `_report/removed.parquet/<input file name>` for each input file of one partition
-    (`changes`: with line dedup, the documents it drops are listed too)."""
+    (`changes`: with line dedup, the documents it drops are listed too; `contaminated`: the action,
+    which names why a contaminated document went)."""
     assert partition_info is not None
     groups, schema = inputs
     feat = part_spans.with_span_drops(part_lines.with_line_drops(feat, changes), span_changes)
     _, cluster = row_decisions(feat, roots, drop=False)
-    table, rows = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column))
+    table, rows = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column), contaminated)
     return _write_by_file(table, rows, groups[partition_info["number"]], removed.REMOVED, staging_url)
 
 

@@ -29,6 +29,13 @@ EMPTIED = -2
 """`source` of a surviving document that line dedup left without a word (set at the write,
 `dedup.partition.lines.with_line_drops`): dropped, with reason `empty_after_lines`."""
 
+HIT = "hit"
+"""The features column of the first protected record a document shares an n-gram with, whatever the
+contamination action (-1: none); `source` is the record a document is removed for."""
+
+WINDOWS = "windows"
+"""The features column of a document's matching windows (protected n-gram occurrences)."""
+
 AFTER_LINES = "_after_lines"
 """The features column `dedup.partition.lines.with_line_drops` adds: the document's new text, after
 line dedup, holds the protected n-gram its `source` names (reason `contaminated_after_lines`)."""
@@ -79,6 +86,8 @@ def features_meta(num_perm: int, id_dtype: Any, keep_dtype: Any = None) -> pd.Da
         "source": pd.Series(dtype=np.int32),
         "source_gram": pd.Series(dtype=np.int64),
         "skipped": pd.Series(dtype=bool),
+        HIT: pd.Series(dtype=np.int32),
+        WINDOWS: pd.Series(dtype=np.int32),
     }
     cols[SIG] = sig_payload(np.zeros((0, num_perm), dtype=np.uint32))
     if keep_dtype is not None:
@@ -87,14 +96,16 @@ def features_meta(num_perm: int, id_dtype: Any, keep_dtype: Any = None) -> pd.Da
 
 
 def document_features(part: pd.DataFrame, id_column: str, text_column: str, params: Params,
-             protected: ProtectedNgrams | None, near: bool = True,
+             protected: ProtectedNgrams | None, near: bool = True, action: str = "drop",
              partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
     """Per document: id, key (partition, row), two text hashes, contamination source and MinHash signature.
 
     tkey/tkey2: two independent 64-bit hashes of the document's words (0 for a document with
     no words or a contaminated one: such documents take no part in near-dedup).
-    source: the smallest index of a protected record it overlaps, -1 when clean; source_gram: the
-    smallest index of an n-gram of that record it holds (for reports), -1 when clean; skipped: False
+    hit: the smallest index of a protected record it overlaps, -1 when clean; windows: its matching
+    windows; source: the record it is removed for by the contamination `action` (drop: `hit`; tag:
+    -1; cut: `hit` when the cut drops it), -1 when kept; source_gram: the smallest index of an
+    n-gram of that record it holds (for reports), -1 when kept; skipped: False
     (`mark_skipped` sets it). Without `near` (a run that finds no near duplicates) every signature is
     empty: nothing reads them, and the features of such a run are kept without 4 * num_perm bytes a
     document.
@@ -105,6 +116,7 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
                          f"but the job runs with ngram_size={params.ngram_size}.")
     sigs = np.empty((n, params.num_perm if near else 0), dtype=SIGNATURE_DTYPE)
     source, source_gram = np.full(n, -1, dtype=np.int32), np.full(n, -1, dtype=np.int64)
+    windows = np.zeros(n, dtype=np.int32)
     tkey = np.zeros(n, dtype=np.uint64)
     tkey2 = np.zeros(n, dtype=np.uint64)
     for lo, batch in encode_column_chunks(part[text_column], SIGNATURE_CHUNK):  # each document on its own
@@ -113,15 +125,23 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
             sigs[lo:hi] = batch_signatures(batch, num_perm=params.num_perm, seed=params.seed,
                                            shingle_size=params.shingle_size, shingle_unit=params.shingle_unit)
         if protected is not None and len(protected):
-            source[lo:hi], source_gram[lo:hi] = protected.first_hits(batch)
+            found = protected.hits(batch)
+            source[lo:hi], source_gram[lo:hi] = protected.first_hits(batch, found)
+            windows[lo:hi] = np.bincount(found[0], minlength=hi - lo)
         tkey[lo:hi], tkey2[lo:hi] = text_keys(batch)
+    hit = source.copy()
+    if protected is not None and len(protected):
+        from dedup.partition.contamination import settle_actions
+
+        source, source_gram = settle_actions(part[text_column], source, source_gram, protected, action)
     inactive = source != CLEAN  # contaminated documents, like those without words (key 0), take no part
     tkey[inactive] = 0
     tkey2[inactive] = 0
     number = partition_info["number"] if partition_info else 0
     out = pd.DataFrame({"_id": part[id_column].to_numpy(), "doc": doc_keys(number, n), "tkey": tkey,
                         "tkey2": tkey2, "source": source.astype(np.int32), "source_gram": source_gram,
-                        "skipped": np.zeros(n, bool), SIG: sig_payload(sigs).array}, index=range(n))
+                        "skipped": np.zeros(n, bool), HIT: hit, WINDOWS: windows, SIG: sig_payload(sigs).array},
+                       index=range(n))
     if KEEP in part.columns:
         out[KEEP] = part[KEEP].array
     return out
@@ -144,10 +164,10 @@ def text_keys(batch: Any) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
 
 def record_examples(part: pd.DataFrame, feat: pd.DataFrame, protected: ProtectedNgrams, text_column: str) -> pd.DataFrame:
     """(source, gram, doc, _id) per protected record of one partition (`source`: the record's index):
-    the smallest n-gram of that record any of its contaminated documents holds, and the document with
+    the smallest n-gram of that record any of its documents hit holds, and the document with
     the smallest id holding it (the page's example, which contains the n-gram the page shows). Over
     partitions, the smallest gram, then the smallest id, gives the corpus's (`first_examples`)."""
-    rows = np.flatnonzero(feat["source"].to_numpy() >= 0)
+    rows = np.flatnonzero(feat[HIT].to_numpy() >= 0)
     hits = protected.record_hits(encode_batch(texts_of(part[text_column].iloc[rows]) if len(rows) else []))
     if hits.empty:
         return pd.DataFrame({"source": np.zeros(0, np.int32), "gram": np.zeros(0, np.int64),

@@ -348,14 +348,36 @@ def _spans_section(spans: dict[str, Any]) -> dict[str, Any] | None:
     return {**spans, "top": top, "hist": hist}
 
 
-def render(manifest: dict[str, Any], extras: Extras) -> str:
-    """The page, as one HTML string (`templates/page.html.j2`, every value escaped by Jinja2)."""
+EVAL_RECORDS_SHOWN = 20
+"""The records most leaked the page lists (`_report/eval_records.parquet` has them all)."""
+
+
+def eval_side(records: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The page's eval side: a row per eval file (records, found, clean, largest share found, longest
+    run), and the records most leaked (by share found, then longest run, then documents)."""
+    if records is None or not len(records):
+        return [], []
+    by_file = records.assign(found=records["documents"] > 0).groupby("file", sort=False).agg(
+        records=("record", "size"), found=("found", "sum"), top_share=("found_share", "max"),
+        longest=("longest_run", "max")).reset_index()
+    files = [{**r, "clean": int(r["records"] - r["found"])} for r in by_file.to_dict("records")]
+    top = records[records["documents"] > 0].sort_values(["found_share", "longest_run", "documents"], ascending=False,
+                                                        kind="stable").head(EVAL_RECORDS_SHOWN)
+    return files, [{**r, "record": shorten(r["record"])} for r in top.to_dict("records")]
+
+
+def render(manifest: dict[str, Any], extras: Extras, eval_records: Any = None) -> str:
+    """The page, as one HTML string (`templates/page.html.j2`, every value escaped by Jinja2);
+    `eval_records`: the eval side (`removed.EVAL_RECORDS`' frame), when protected files were given."""
     m = manifest
     total = m["input_rows"] or 1
     skipped = m.get("skipped_existing") or 0
     ln = m.get("lines") or {}
     emptied = ln.get("documents_dropped", 0) + ln.get("documents_contaminated", 0)
+    cont = m.get("contamination") or {}
     rows = [("input rows", m["input_rows"]), ("contaminated, dropped", m["contaminated_dropped"]),
+            *([("contaminated, kept tagged", cont["tagged"])] if cont.get("action") == "tag" else []),
+            *([("contaminated, kept cut", cont["cut"])] if cont.get("action") == "cut" else []),
             ("near duplicates found", m["near_duplicates_found"]),
             ("near duplicates dropped", m["near_duplicates_dropped"]),
             *([("skipped, id already indexed", skipped)] if skipped else []),
@@ -396,9 +418,13 @@ def render(manifest: dict[str, Any], extras: Extras) -> str:
                         "listed": r.get("listed"),
                         "ngram": shorten(r["ngram"]), "example": example})
     p = {**m["parameters"], "shingle_unit": m["parameters"].get("shingle_unit", "word")}
+    eval_files, eval_top = eval_side(eval_records)
     return str(_template().render(
         m=m, p=p, css=Markup(CSS), counts=counts, total=total, skipped=skipped, emptied=emptied,
         lines=_lines_section(m.get("lines")), spans=_spans_section(sp), spans_dropped=spans_dropped,
         plots=_plots(m, extras),
         to_survivor=_survivor_words(m) if m.get("near_dedup") else "", near_pairs=near_pairs, clusters=clusters,
-        records=records, parameters=sorted(m["parameters"].items()), run=run_rows(m), excerpt=_excerpt_html))
+        records=records, parameters=sorted(m["parameters"].items()), run=run_rows(m), excerpt=_excerpt_html,
+        contamination=cont, common=[{"ngram": shorten(c["ngram"]), "documents": c["documents"]}
+                                    for c in cont.get("common_ngrams_listed", [])[:EVAL_RECORDS_SHOWN]],
+        eval_files=eval_files, eval_top=eval_top))

@@ -4,7 +4,8 @@ A directory of Parquet files, one per input file under its own name, so no singl
 holds the list: id, reason (`near_duplicate`, `contaminated`, `already_indexed` with
 `--skip-existing`, `empty_after_lines` with line dedup: no word left once its repeated lines
 went, or `contaminated_after_lines`: its new text, lines joined anew, holds a protected n-gram;
-`empty_after_spans` and `contaminated_after_spans` the same with span dedup);
+`empty_after_spans` and `contaminated_after_spans` the same with span dedup; with the contamination
+cut, `contaminated_too_often` and `contaminated_cut_to_nothing`);
 for near duplicates the root id, the document it was matched to
 (`dedup.partition.roots.closest_matches`: the smallest id among its other copies and the best copy of each text
 confirmed against its own) and that pair's similarity (estimate, and exact Jaccard with
@@ -22,8 +23,9 @@ import pandas as pd
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from dedup.config import CUT_MAX_WINDOWS
 from dedup.core.decontam import ProtectedNgrams
-from dedup.partition.features import AFTER_LINES, CLEAN, EMPTIED
+from dedup.partition.features import AFTER_LINES, CLEAN, EMPTIED, WINDOWS
 from dedup.partition.keyspace import key_row
 from dedup.partition.roots import SURVIVOR_ESTIMATE, SURVIVOR_JACCARD
 from dedup.partition.spans import AFTER_SPANS, EMPTIED_BY_SPANS
@@ -33,10 +35,24 @@ REMOVED = f"{REPORT_DIR}/removed.parquet"
 REMOVED_LINES = f"{REPORT_DIR}/removed_lines.parquet"
 """With line dedup: a row a line removed (`dedup.partition.lines.removed_line_rows`), by input file."""
 PAGE = f"{REPORT_DIR}/index.html"
+EVAL_RECORDS = f"{REPORT_DIR}/eval_records.parquet"
+"""With protected files: a row per protected record, the eval side (docs/contract.md §6e)."""
+EVAL_RECORDS_SCHEMA = pa.schema([
+    pa.field("file", pa.string(), nullable=False), pa.field("record", pa.string(), nullable=False),
+    pa.field("ngrams", pa.int64(), nullable=False), pa.field("ignored", pa.int64(), nullable=False),
+    pa.field("documents", pa.int64(), nullable=False), pa.field("found_share", pa.float64(), nullable=False),
+    pa.field("longest_run", pa.int64(), nullable=False),
+])
+"""`EVAL_RECORDS`' columns: the record's file and label, its distinct n-grams, of them those the
+frequency cap ignored, the documents sharing one in force, the share of its n-grams found in force,
+and the longest run of consecutive words one document shares with it."""
 NEAR, CONTAMINATED, SKIPPED_EXISTING, EMPTY_AFTER_LINES = "near_duplicate", "contaminated", "already_indexed", \
     "empty_after_lines"
 CONTAMINATED_AFTER_LINES = "contaminated_after_lines"
 EMPTY_AFTER_SPANS, CONTAMINATED_AFTER_SPANS = "empty_after_spans", "contaminated_after_spans"
+CUT_TOO_OFTEN, CUT_TO_NOTHING = "contaminated_too_often", "contaminated_cut_to_nothing"
+"""With `--contaminated cut`: more matching windows than the cut takes (`CUT_MAX_WINDOWS`), or no
+word left once cut."""
 
 
 def removed_schema(id_type: pa.DataType) -> pa.Schema:
@@ -50,7 +66,8 @@ def removed_schema(id_type: pa.DataType) -> pa.Schema:
 
 
 def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFrame | None,
-                 protected: ProtectedNgrams | None, id_type: pa.DataType) -> tuple[pa.Table, NDArray[np.int64]]:
+                 protected: ProtectedNgrams | None, id_type: pa.DataType,
+                 action: str = "drop") -> tuple[pa.Table, NDArray[np.int64]]:
     """The removed rows of one features partition (all its rows, in order), and their row positions.
 
     cluster: each row's root id (its own id when alone); matches: (doc, matched, estimate, jaccard)
@@ -92,9 +109,12 @@ def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFram
     mask = ~is_near
     after = feat[AFTER_LINES].to_numpy(bool) if AFTER_LINES in feat.columns else np.zeros(n, bool)
     after_spans = feat[AFTER_SPANS].to_numpy(bool) if AFTER_SPANS in feat.columns else np.zeros(n, bool)
-    reason = np.select([is_near, skipped[take], emptied[take], emptied_spans[take], after[take], after_spans[take]],
+    cut = action == "cut"
+    too_often = cut & (feat[WINDOWS].to_numpy() > CUT_MAX_WINDOWS)
+    reason = np.select([is_near, skipped[take], emptied[take], emptied_spans[take], after[take], after_spans[take],
+                        contaminated[take] & too_often[take], contaminated[take] & cut],
                        [NEAR, SKIPPED_EXISTING, EMPTY_AFTER_LINES, EMPTY_AFTER_SPANS, CONTAMINATED_AFTER_LINES,
-                        CONTAMINATED_AFTER_SPANS], CONTAMINATED)
+                        CONTAMINATED_AFTER_SPANS, CUT_TOO_OFTEN, CUT_TO_NOTHING], CONTAMINATED)
     schema = removed_schema(id_type)
     return pa.table({
         "id": pa.array(ids[take].tolist(), id_type),

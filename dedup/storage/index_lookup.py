@@ -218,8 +218,8 @@ def index_features(rows: Any, roots: Any, layout: Layout, params: Params, exact:
     return pd.DataFrame({"_id": pd.Series(ids.to_numpy(zero_copy_only=False), dtype=id_dtype), "doc": docs,
                          "tkey": taken.column("tkey").to_numpy(), "tkey2": taken.column("tkey2").to_numpy(),
                          "source": np.full(n, CLEAN, np.int32), "source_gram": np.full(n, -1, np.int64),
-                         "skipped": np.zeros(n, bool),
-                         SIG: sig_payload(sigs).array,
+                         "skipped": np.zeros(n, bool), "hit": np.full(n, CLEAN, np.int32),
+                         "windows": np.zeros(n, np.int32), SIG: sig_payload(sigs).array,
                          "_text": pd.Series(texts, dtype=TEXT_DTYPE), ROOT_DOC: root_doc})
 
 

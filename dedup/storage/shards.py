@@ -31,6 +31,8 @@ from dedup.storage.safety import UsageError, is_url
 
 CLUSTER_COLUMN = "minhash_cluster"
 SIZE_COLUMN = "minhash_cluster_size"
+TAG_COLUMN = "contaminated_by"
+"""With `--contaminated tag`: the protected records (`FILE#RECORD`) each row shares an n-gram with."""
 """With `--cluster-size`: how many input documents each kept row's cluster holds (docs/contract.md)."""
 PARTITION_BYTES = 128 * 2**20
 """... or this many uncompressed bytes (`PARTITION_ROWS`, in `dedup.config`, bounds the rows); a larger
