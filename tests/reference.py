@@ -279,3 +279,90 @@ def ref_spans(ids: list, texts: list[str | None], k: int, keep: str = "first", u
         new += t[at:]
         out[i] = DROPPED if not re.search(r"\w", new) else new
     return out
+
+
+def _ref_words_at(text: str) -> list[tuple[str, int, int]]:
+    """§1 words with their character spans in `text` (texts whose lower case keeps their length)."""
+    low = text.lower()
+    assert len(low) == len(text)
+    return [(m.group(), m.start(), m.end()) for m in re.finditer(r"\w+", low)]
+
+
+def ref_record_grams(records: list[str], n: int = 13) -> list[set[str]]:
+    """Each protected record's word n-grams (§6)."""
+    out = []
+    for r in records:
+        w = re.findall(r"\w+", r.lower())
+        out.append({" ".join(w[i:i + n]) for i in range(len(w) - n + 1)})
+    return out
+
+
+def ref_matches(text: str, grams: set[str], n: int = 13) -> list[int]:
+    """The first word of every window of `text` whose n-gram is in `grams` (the last window included)."""
+    w = [t for t, _, _ in _ref_words_at(text)]
+    return [i for i in range(len(w) - n + 1) if " ".join(w[i:i + n]) in grams]
+
+
+def ref_cut(text: str, grams: set[str], n: int = 13) -> str | None:
+    """§6e's cut, character by character: each matched window's span widened by 200 characters a
+    side and removed; pieces of 200 characters or fewer dropped; None when more than 10 windows
+    match or no word is left. A text without a match as it is."""
+    words = _ref_words_at(text)
+    hits = ref_matches(text, grams, n)
+    if not hits:
+        return text
+    if len(hits) > 10:
+        return None
+    removed = [False] * len(text)
+    for i in hits:
+        for c in range(max(0, words[i][1] - 200), min(len(text), words[i + n - 1][2] + 200)):
+            removed[c] = True
+    pieces, current = [], []
+    for c, gone in zip(text, removed):
+        if gone:
+            if current:
+                pieces.append("".join(current))
+            current = []
+        else:
+            current.append(c)
+    if current:
+        pieces.append("".join(current))
+    kept = [p for p in pieces if len(p) > 200]
+    if not any(re.search(r"\w", p) for p in kept):
+        return None
+    return "\n".join(kept)
+
+
+def ref_eval_side(texts: list[str], records: list[str], n: int = 13, max_docs: int | None = None) -> dict:
+    """The eval side (§6e) of a corpus against protected records, and the frequency cap: per record
+    (ngrams, ignored, documents, found_share, longest_run); the n-grams ignored; the n-grams in force."""
+    rec_grams = ref_record_grams(records, n)
+    every = set().union(*rec_grams) if rec_grams else set()
+    docs_of = {g: 0 for g in every}
+    for t in texts:
+        w = [x for x, _, _ in _ref_words_at(t)]
+        for g in {" ".join(w[i:i + n]) for i in range(len(w) - n + 1)} & every:
+            docs_of[g] += 1
+    ignored = {g for g, c in docs_of.items() if max_docs is not None and c > max_docs}
+    force = every - ignored
+    rows = []
+    for grams in rec_grams:
+        mine = grams & force
+        documents, found, longest = 0, set(), 0
+        for t in texts:
+            w = [x for x, _, _ in _ref_words_at(t)]
+            starts = [i for i in range(len(w) - n + 1) if " ".join(w[i:i + n]) in mine]
+            if not starts:
+                continue
+            documents += 1
+            found |= {" ".join(w[i:i + n]) for i in starts}
+            covered = [False] * len(w)
+            for i in starts:
+                covered[i:i + n] = [True] * n
+            run = 0
+            for c in covered:
+                run = run + 1 if c else 0
+                longest = max(longest, run)
+        rows.append({"ngrams": len(grams), "ignored": len(grams & ignored), "documents": documents,
+                     "found_share": len(found) / len(grams) if grams else 0.0, "longest_run": longest})
+    return {"records": rows, "ignored": {g: docs_of[g] for g in ignored}, "force": force}

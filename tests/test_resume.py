@@ -31,8 +31,9 @@ from tests.conftest import (
     write_shards,
 )
 
-ORDER = tuple(s for s in ALL_STAGES if s not in ("lines", "spans"))
-"""The stages a run without line dedup runs and keeps, in order (`test_lines` resumes those with it)."""
+ORDER = tuple(s for s in ALL_STAGES if s not in ("common", "lines", "spans"))
+"""The stages a run without line dedup or a frequency cap runs and keeps, in order (`test_lines` resumes those
+with lines, `test_cut_with_a_cap_resumes_to_the_same_bytes` those with the cap)."""
 
 
 @pytest.fixture(scope="module")
@@ -289,3 +290,27 @@ def test_a_damaged_kept_stage_is_named_and_computed_again(inputs: tuple[Path, Pa
     assert got.returncode == 0, got.stderr
     assert f"({table} is not the file that was kept (28 bytes)): computing roots again" in got.stderr, got.stderr
     assert parquet_digests(out) == baseline and not _staging(out)
+
+
+def test_cut_with_a_cap_resumes_to_the_same_bytes(inputs: tuple[Path, Path], dask_processes: Path,
+                                                  tmp_path: Path) -> None:
+    """`--contaminated cut --max-ngram-docs 2`, its client killed after the cap's stage and after the
+    contamination stage: the rerun reuses them and writes, byte for byte, what an uninterrupted run
+    writes (the cut texts, the removed list, the eval side)."""
+    more = ("--contaminated", "cut", "--max-ngram-docs", "2")
+    ref = tmp_path / "ref"
+    got = run_command(_command(*inputs, ref, dask_processes, *more), timeout=240)
+    assert got.returncode == 0, got.stderr
+    manifest = json.loads((ref / "_dedup.json").read_text())
+    assert manifest["contamination"]["cut"] > 0 and manifest["contamination"]["common_ngrams"] > 0
+    out = tmp_path / "out"
+    cmd = _command(*inputs, out, dask_processes, *more)
+    kill_after(cmd, "common:")
+    seen = kill_after(cmd, "contamination:")
+    assert "resuming: reusing common from the interrupted run of" in seen, seen
+    got = run_command(cmd, timeout=240)
+    assert got.returncode == 0, got.stderr
+    assert "resuming: reusing common, features, contamination from the interrupted run of" in got.stderr
+    digests = parquet_digests(out)
+    assert "_report/eval_records.parquet" in digests
+    assert digests == parquet_digests(ref)

@@ -165,10 +165,12 @@ def whole(documents: pd.DataFrame, protected_file: Path) -> Job:
 
 def _alone(whole: Job, name: str) -> Job:
     """The stage `name` run alone: a job given only the results it declares it needs, from `whole`, and
-    the report's counts (its context: a stage reads the input's rows and contaminated documents there)."""
+    the report's counts (its context: a stage reads the input's rows and contaminated documents there,
+    removed and hit)."""
     step = BY_NAME[name]
     need = step.needs(whole.settings)
-    report = Report(input_rows=whole.report.input_rows, contaminated=whole.report.contaminated)
+    report = Report(input_rows=whole.report.input_rows, contaminated=whole.report.contaminated,
+                    contamination_hit=whole.report.contamination_hit)
     job = Job(whole.settings, report, Checkpoints.nowhere(), whole.plan, given={k: whole.given[k] for k in need})
     with dask.config.set(LOCAL):
         run_stages(job, [step])
