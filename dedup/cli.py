@@ -167,6 +167,12 @@ def _summary(m: dict[str, Any]) -> str:
     lines = [
         f"input rows            {m['input_rows']:>10,}",
         f"contaminated dropped  {m['contaminated_dropped']:>10,}",
+        *([f"contaminated tagged   {c['tagged']:>10,}  kept, the records each shares n-grams with in "
+           "contaminated_by"] if (c := m.get("contamination") or {}).get("action") == "tag" else []),
+        *([f"contaminated cut      {c['cut']:>10,}  kept with the matched passages cut out (the rest dropped by the "
+           "cut: too many matches, or nothing left)"] if c.get("action") == "cut" else []),
+        *([f"common n-grams ignored {c['common_ngrams']:>9,}  found in more than {c['max_ngram_docs']:,} documents"]
+          if c.get("max_ngram_docs") is not None else []),
         f"near duplicates found {m['near_duplicates_found']:>10,}  in {m['clusters']:,} clusters (largest {m['largest_cluster']})",
         f"near duplicates dropped {m['near_duplicates_dropped']:>8,}",
         *([f"  of earlier outputs   {m['near_duplicates_of_indexed']:>10,}  ({m['indexed_documents']:,} indexed "

@@ -26,7 +26,7 @@ from dedup.job.pipeline import run
 from dedup.partition import contamination as part_cont
 from dedup.partition.features import document_features
 from dedup.storage.safety import UsageError
-from tests.conftest import chromium, table_cells, write_shards
+from tests.conftest import chromium, run_dedup, table_cells, write_shards
 from tests.reference import (
     DROPPED,
     ref_clusters,
@@ -245,3 +245,35 @@ def test_the_actions_are_refused_without_protected_files(tmp_path: Path) -> None
         run(str(tmp_path), str(tmp_path / "out"), contaminated="mask", protected=[tmp_path])
     with pytest.raises(UsageError, match="--max-ngram-docs is how many documents"):
         run(str(tmp_path), str(tmp_path / "out"), max_ngram_docs=0, protected=[tmp_path])
+
+
+def test_the_contracts_worked_example_of_the_cut() -> None:
+    """docs/contract.md §6e: the 13-gram at characters 400 to 463 of a 1,000-character document takes
+    characters 200 to 663 with it; the 200 characters before are dropped, the 336 after are the text."""
+    gram = " ".join(f"g{i:03d}" for i in range(13))
+    text = "a " * 199 + "b " + gram + " " + "c " * 267 + "c"
+    assert len(text) == 1000 and text.index(gram) == 400 and len(gram) == 64
+    prot = ProtectedNgrams.from_records(["eval.txt"], [(0, "file", [gram])])
+    assert part_cont.cut_texts([text], prot) == [text[664:]] == [ref_cut(text, {gram})]
+
+
+def test_a_dry_run_says_what_tag_and_cut_would_do(tmp_path: Path) -> None:
+    """`dedup run --dry-run` with each action, as a user runs it: the summary says how many documents
+    would be tagged or cut, OUTPUT holds no shard, and the eval side is written beside the page."""
+    ids, texts, records = _corpus(random.Random(3))
+    files, _ = _eval_files(tmp_path, records)
+    src = write_shards(pd.DataFrame({"id": ids, "text": texts}), tmp_path / "in", 2)
+    protected = [a for f in files for a in ("--protected", str(f))]
+    said = {}
+    for action in ("tag", "cut"):
+        out = tmp_path / action
+        got = run_dedup("run", str(src), str(out), *protected, "--contaminated", action, "--dry-run", "--threads", "2",
+                        "--max-contaminated", "1", "--max-ngram-docs", "5")
+        assert got.returncode == 0, got.stderr
+        said[action] = got.stdout
+        assert not list(out.glob("*.parquet")) and (out / "_report" / "eval_records.parquet").exists()
+        m = json.loads((out / "_dedup.json").read_text())["contamination"]
+        assert m["common_ngrams"] > 0 and "common n-grams ignored" in got.stdout
+    assert re.search(r"contaminated tagged +\d+ +kept", said["tag"]) and "contaminated cut" not in said["tag"]
+    assert re.search(r"contaminated cut +\d+ +kept with the matched passages cut out", said["cut"])
+    assert "dry run: no shards written" in said["cut"]
