@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dedup.config import Params
-from dedup.core.cut import cut_text, word_spans
+from dedup.core.cut import cut_text, cut_texts, word_spans
 from dedup.core.decontam import ProtectedNgrams
 from dedup.job.contamination import eval_table
 from dedup.job.pipeline import run
@@ -76,7 +76,7 @@ def test_the_cut_is_the_references(corpus: tuple[list[str], list[str]]) -> None:
     dropped, more than ten windows or no word left dropping the document."""
     records, docs = corpus
     grams = set().union(*ref_record_grams(records))
-    assert part_cont.cut_texts(docs, _protected(records)) == [ref_cut(t, grams) for t in docs]
+    assert cut_texts(docs, _protected(records)) == [ref_cut(t, grams) for t in docs]
 
 
 @settings(max_examples=60, deadline=None)
@@ -254,7 +254,7 @@ def test_the_contracts_worked_example_of_the_cut() -> None:
     text = "a " * 199 + "b " + gram + " " + "c " * 267 + "c"
     assert len(text) == 1000 and text.index(gram) == 400 and len(gram) == 64
     prot = ProtectedNgrams.from_records(["eval.txt"], [(0, "file", [gram])])
-    assert part_cont.cut_texts([text], prot) == [text[664:]] == [ref_cut(text, {gram})]
+    assert cut_texts([text], prot) == [text[664:]] == [ref_cut(text, {gram})]
 
 
 def test_a_dry_run_says_what_tag_and_cut_would_do(tmp_path: Path) -> None:

@@ -129,7 +129,8 @@ def test_steps_that_never_read_signatures_read_the_features_from_disk_without_th
         pd.DataFrame({"_id": [f"d{p}-{i}" for i in range(n)], "doc": np.arange(n) + 100 * p,
                       "tkey": np.arange(n, dtype=np.uint64), "tkey2": np.arange(n, dtype=np.uint64),
                       "source": np.full(n, -1, np.int32), "source_gram": np.full(n, -1, np.int64),
-                      "skipped": np.zeros(n, bool), SIG: sig_payload(np.full((n, 4), p, np.uint32)).array,
+                      "skipped": np.zeros(n, bool), "hit": np.full(n, -1, np.int32),
+                      "windows": np.zeros(n, np.int32), SIG: sig_payload(np.full((n, 4), p, np.uint32)).array,
                       }).to_parquet(tmp_path / f"part-{p}.parquet", index=False)
         paths.append(str(tmp_path / f"part-{p}.parquet"))
     on_disk = dd.from_map(partial(read_part, like=meta), paths, meta=meta, enforce_metadata=False)
@@ -167,7 +168,8 @@ def _features_on_disk(tmp_path, parts: int = 2, n: int = 5):
         pd.DataFrame({"_id": [f"d{p}-{i}" for i in range(n)], "doc": doc_keys(p, n),
                       "tkey": np.arange(n, dtype=np.uint64), "tkey2": np.arange(n, dtype=np.uint64),
                       "source": np.full(n, -1, np.int32), "source_gram": np.full(n, -1, np.int64),
-                      "skipped": np.zeros(n, bool),
+                      "skipped": np.zeros(n, bool), "hit": np.full(n, -1, np.int32),
+                      "windows": np.zeros(n, np.int32),
                       SIG: sig_payload(rng.integers(0, 4, (n, 4)).astype(np.uint32)).array,
                       }).to_parquet(tmp_path / f"part-{p}.parquet", index=False)
         paths.append(str(tmp_path / f"part-{p}.parquet"))
@@ -240,7 +242,8 @@ def test_features_on_disk_keep_their_random_columns_plain_and_read_back_as_writt
     frame = pd.DataFrame({"_id": np.arange(n, dtype=np.int64) * 7, "doc": np.arange(n, dtype=np.int64),
                           "tkey": rng.integers(1, 2**63, n, dtype=np.uint64), "tkey2": rng.integers(1, 2**63, n, dtype=np.uint64),
                           "source": np.full(n, -1, np.int32), "source_gram": np.full(n, -1, np.int64),
-                          "skipped": np.zeros(n, bool),
+                          "skipped": np.zeros(n, bool), "hit": np.full(n, -1, np.int32),
+                          "windows": np.zeros(n, np.int32),
                           SIG: sig_payload(rng.integers(0, 2**32, (n, 8), dtype=np.uint64).astype(np.uint32)).array})
     frame = frame.astype(features_meta(8, np.dtype(np.int64)).dtypes.to_dict())
     with dask.config.set(scheduler="sync"):

@@ -23,7 +23,6 @@ from dedup.partition.features import (
     document_features,
     first_examples,
     mark_skipped,
-    record_examples,
     signatures_of,
 )
 from dedup.partition.roots import OTHER, component_counts, own_documents, roots_of_components, with_ids
@@ -213,16 +212,27 @@ def test_each_protected_records_example_holds_the_ngram_shown() -> None:
     ids = ["e", "d", "c", "b", "a"]
     part = pd.DataFrame({"id": ids, "text": pd.Series(texts, dtype=TEXT_DTYPE)})
     feat = document_features(part, "id", "text", Params(), prot, partition_info={"number": 0})
-    got = record_examples(part, feat, prot, "text")
+    got = _examples(part, feat, prot)
     assert sorted(got["source"]) == [0, 1]
     for rec, gram, ident in zip(got["source"], got["gram"], got["_id"]):
         shown = prot.ngram_text(int(gram))
         assert shown in (first, second + " " + first)[rec]
         holding = sorted(i for i, t in zip(ids, texts) if shown in " ".join(t.lower().split()))
         assert ident == holding[0]  # the smallest id among the documents holding the n-gram shown
-    halves = [record_examples(part.iloc[s], feat.iloc[s].reset_index(drop=True), prot, "text")
-              for s in (slice(0, 2), slice(2, 5))]
-    assert first_examples(pd.concat(halves)).values.tolist() == got.values.tolist()
+    halves = []
+    for number, rows in enumerate((slice(0, 2), slice(2, 5))):
+        half = part.iloc[rows].reset_index(drop=True)
+        halves.append(_examples(half, document_features(half, "id", "text", Params(), prot,
+                                                        partition_info={"number": number}), prot))
+    columns = ["source", "gram", "_id"]
+    assert first_examples(pd.concat(halves))[columns].values.tolist() == got[columns].values.tolist()
+
+
+def _examples(part: pd.DataFrame, feat: pd.DataFrame, prot: object) -> pd.DataFrame:
+    """A partition's examples per record (`hit_examples`), from its hits."""
+    from dedup.partition.contamination import hit_examples, partition_hits
+
+    return hit_examples(partition_hits(part, feat, prot, "text"), feat, prot)  # type: ignore[arg-type]
 
 
 def test_own_documents_are_those_before_the_first_indexed_key() -> None:

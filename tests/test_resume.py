@@ -297,7 +297,10 @@ def test_cut_with_a_cap_resumes_to_the_same_bytes(inputs: tuple[Path, Path], das
     """`--contaminated cut --max-ngram-docs 2`, its client killed after the cap's stage and after the
     contamination stage: the rerun reuses them and writes, byte for byte, what an uninterrupted run
     writes (the cut texts, the removed list, the eval side)."""
-    more = ("--contaminated", "cut", "--max-ngram-docs", "2")
+    quotes = tmp_path / "quotes.jsonl"  # 20 words of a few documents: eight windows each, cut out of them
+    texts = pd.concat([pd.read_parquet(f) for f in sorted(inputs[0].glob("*.parquet"))])["text"].iloc[5::400]
+    quotes.write_text("".join(json.dumps({"q": " ".join(t.split()[40:60])}) + "\n" for t in texts))
+    more = ("--contaminated", "cut", "--max-ngram-docs", "2", "--protected", str(quotes))
     ref = tmp_path / "ref"
     got = run_command(_command(*inputs, ref, dask_processes, *more), timeout=240)
     assert got.returncode == 0, got.stderr

@@ -15,7 +15,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dedup.config import CUT_MARGIN, CUT_MAX_WINDOWS, CUT_MIN_PIECE
-from dedup.core.text import _WORD
+from dedup.core.decontam import ProtectedNgrams
+from dedup.core.text import _WORD, encode_batch
 
 
 def word_spans(text: str) -> NDArray[np.int64]:
@@ -55,3 +56,20 @@ def cut_text(text: str, first_words: Sequence[int] | NDArray[np.int64], ngram_si
     if not any(_WORD.search(p.lower()) for p in kept):
         return None
     return "\n".join(kept)
+
+
+def cut_texts(texts: Sequence[str | None], rule: ProtectedNgrams) -> list[str | None]:
+    """Each text with the §6e cut applied (None: the cut drops it); a text without a hit as it is."""
+    doc, _, word = rule.hits_at(encode_batch(texts))
+    out = list(texts)
+    if not len(doc):
+        return out
+    order = np.lexsort((word, doc))
+    doc, word = doc[order], word[order]
+    bounds = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1], True])
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        d = int(doc[lo])
+        text = texts[d]
+        assert text is not None
+        out[d] = cut_text(text, word[lo:hi], rule.ngram_size)
+    return out

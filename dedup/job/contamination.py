@@ -22,7 +22,7 @@ from dedup.job.manifest import contamination_guard, record_warning
 from dedup.job.notices import warn
 from dedup.job.stage import Settings, Step, View, rule_needed
 from dedup.partition import contamination as part_cont
-from dedup.partition.features import HIT, first_examples, record_examples
+from dedup.partition.features import HIT, first_examples
 from dedup.storage.safety import TooContaminated
 
 log = logging.getLogger("dedup")
@@ -65,7 +65,7 @@ def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, full: ProtectedNgrams, 
                   text_column: str, hit_rows: int, examples: bool = False) -> ContaminationCounts:
     """The documents hit per protected file and record (re-reading only their texts), the eval side
     and the cap's what-if. With `examples`, also each record's example for the page: the document
-    with the smallest id among those holding the record's smallest n-gram found (`record_examples`),
+    with the smallest id among those holding the record's smallest n-gram found (`hit_examples`),
     so that the n-gram shown is in the example. Each record also counts the documents
     `removed.parquet` lists under it (`listed`: those removed whose first record it is), as a
     document sharing n-grams with several records counts under each. `full`: the eval files' n-grams;
@@ -89,8 +89,8 @@ def contamination(ddf: dd.DataFrame, feat: dd.DataFrame, full: ProtectedNgrams, 
     if examples:
         example_meta = pd.DataFrame({"source": pd.Series(dtype=np.int32), "gram": pd.Series(dtype=np.int64),
                                      "doc": pd.Series(dtype=np.int64), "_id": feat._meta["_id"]})
-        lazy.append(dd.map_partitions(record_examples, read_for(ddf, "examples"), slim[["source", HIT, "doc", "_id"]],
-                                      prot, text_column, meta=example_meta, align_dataframes=False))
+        lazy.append(dd.map_partitions(part_cont.hit_examples, hits, slim[["doc", "_id"]], prot, meta=example_meta,
+                                      align_dataframes=False))
     recs, files, gram_docs, listed_parts, *first = compute(*lazy)
     recs = recs.reset_index().sort_values(["documents", "record"], ascending=[False, True])
     gram_docs = pd.DataFrame({"gram": gram_docs.index.to_numpy(np.int64), "documents": gram_docs.to_numpy(np.int64)})

@@ -1,11 +1,12 @@
 """Contamination actions and the eval side, per partition (docs/contract.md §6e).
 
-What a document sharing a protected n-gram becomes (`settle_actions`: dropped, tagged or cut), the
-cut texts for the steps that read texts after the features (`with_cuts`, `cut_column`), the
-`contaminated_by` lists (`tag_lists`), and the tallies the eval side and the frequency cap are
-summed from: documents per n-gram (`gram_documents`), and per record the documents, n-grams found
-and the longest run of matched words (`record_tallies`). Every tally is one row per n-gram or
-record found in the partition, so their sums are bounded by the protected set, not the corpus.
+What a document sharing a protected n-gram becomes is decided with its features
+(`dedup.partition.features.settle_actions`: dropped, tagged or cut). Here: the cut texts for the
+steps that read texts after the features (`with_cuts`, `cut_column`), the `contaminated_by` lists
+(`tag_lists`), and the tallies the eval side and the frequency cap are summed from: documents per
+n-gram (`gram_documents`), and per record the documents, n-grams found and the longest run of
+matched words (`record_tallies`). Every tally is one row per n-gram or record found in the
+partition, so their sums are bounded by the protected set, not the corpus.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from dedup.config import WHAT_IF_NGRAM_DOCS
-from dedup.core.cut import cut_text
+from dedup.core.cut import cut_texts
 from dedup.core.decontam import ProtectedNgrams
 from dedup.core.text import encode_batch, encode_column_chunks, texts_of
-from dedup.partition.features import CLEAN, HIT
+from dedup.partition.features import CLEAN, HIT, first_examples
+from dedup.partition.keyspace import key_row
 
 GRAMS_META = pd.DataFrame({"gram": pd.Series(dtype=np.int64), "documents": pd.Series(dtype=np.int64)})
 HITS_META = pd.DataFrame({"doc": pd.Series(dtype=np.int64), "gram": pd.Series(dtype=np.int64),
@@ -31,39 +33,6 @@ RECORDS_META = pd.DataFrame({"record": pd.Series(dtype=np.int64), "documents": p
                              "longest_run": pd.Series(dtype=np.int64), "gram": pd.Series(dtype=np.int64)})
 FILES_META = pd.DataFrame({"file": pd.Series(dtype=np.int64), "documents": pd.Series(dtype=np.int64)})
 WHAT_IF_META = pd.DataFrame({"max_ngram_docs": pd.Series(dtype=np.int64), "documents": pd.Series(dtype=np.int64)})
-
-
-def cut_texts(texts: Sequence[str | None], rule: ProtectedNgrams) -> list[str | None]:
-    """Each text with the §6e cut applied (None: the cut drops it); a text without a hit as it is."""
-    doc, _, word = rule.hits_at(encode_batch(texts))
-    out = list(texts)
-    if not len(doc):
-        return out
-    order = np.lexsort((word, doc))
-    doc, word = doc[order], word[order]
-    bounds = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1], True])
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        d = int(doc[lo])
-        text = texts[d]
-        assert text is not None
-        out[d] = cut_text(text, word[lo:hi], rule.ngram_size)
-    return out
-
-
-def settle_actions(column: pd.Series, source: NDArray[np.int32], source_gram: NDArray[np.int64],
-                   rule: ProtectedNgrams, action: str) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
-    """`source`/`source_gram` (the first record and n-gram each document of a partition shares, -1
-    when clean) as the action leaves them: the documents removed. Drop: every one hit; tag: none;
-    cut: those the cut drops (more than 10 windows, or no word left)."""
-    if action == "drop":
-        return source, source_gram
-    source, source_gram = source.copy(), source_gram.copy()
-    rows = np.flatnonzero(source != CLEAN)
-    if action == "cut" and len(rows):
-        new = cut_texts(texts_of(column.iloc[rows]), rule)
-        rows = rows[np.asarray([t is not None for t in new], bool)]
-    source[rows], source_gram[rows] = CLEAN, -1
-    return source, source_gram
 
 
 def cut_rows(feat: pd.DataFrame) -> NDArray[np.int64]:
@@ -175,6 +144,17 @@ def record_tallies(hits: pd.DataFrame, rule: ProtectedNgrams) -> pd.DataFrame:
     by = runs.groupby("record").agg(documents=("doc", "nunique"), longest_run=("length", "max")).reset_index()
     by["gram"] = pd.Series(gram).groupby(record).min().to_numpy()
     return by.astype(np.int64)
+
+
+def hit_examples(hits: pd.DataFrame, feat: pd.DataFrame, rule: ProtectedNgrams) -> pd.DataFrame:
+    """(source, gram, doc, _id) per protected record of a partition's hits: its smallest n-gram found,
+    and the document with the smallest id holding it, the page's example (which holds the n-gram the
+    page shows). Over partitions, `first_examples` of them gives the corpus's."""
+    at, record = rule.records_of(hits["gram"].to_numpy(np.int64))
+    doc = hits["doc"].to_numpy(np.int64)[at]
+    found = pd.DataFrame({"source": record.astype(np.int32), "gram": hits["gram"].to_numpy(np.int64)[at], "doc": doc,
+                          "_id": feat["_id"].to_numpy()[key_row(doc)]})
+    return first_examples(found)
 
 
 def file_tallies(hits: pd.DataFrame, rule: ProtectedNgrams) -> pd.DataFrame:

@@ -15,9 +15,10 @@ from numpy.typing import NDArray
 
 from dedup.config import Params
 from dedup.core import _kernels
+from dedup.core.cut import cut_texts
 from dedup.core.decontam import ProtectedNgrams
 from dedup.core.minhash import SIGNATURE_CHUNK, SIGNATURE_DTYPE, batch_signatures
-from dedup.core.text import encode_batch, encode_column_chunks, texts_of
+from dedup.core.text import encode_column_chunks, texts_of
 from dedup.partition.codec import payload_sigs, sig_payload
 from dedup.partition.keyspace import doc_keys
 from dedup.partition.rows import rows_of
@@ -131,8 +132,6 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
         tkey[lo:hi], tkey2[lo:hi] = text_keys(batch)
     hit = source.copy()
     if protected is not None and len(protected):
-        from dedup.partition.contamination import settle_actions
-
         source, source_gram = settle_actions(part[text_column], source, source_gram, protected, action)
     inactive = source != CLEAN  # contaminated documents, like those without words (key 0), take no part
     tkey[inactive] = 0
@@ -162,23 +161,24 @@ def text_keys(batch: Any) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
     return tkey, tkey2
 
 
-def record_examples(part: pd.DataFrame, feat: pd.DataFrame, protected: ProtectedNgrams, text_column: str) -> pd.DataFrame:
-    """(source, gram, doc, _id) per protected record of one partition (`source`: the record's index):
-    the smallest n-gram of that record any of its documents hit holds, and the document with
-    the smallest id holding it (the page's example, which contains the n-gram the page shows). Over
-    partitions, the smallest gram, then the smallest id, gives the corpus's (`first_examples`)."""
-    rows = np.flatnonzero(feat[HIT].to_numpy() >= 0)
-    hits = protected.record_hits(encode_batch(texts_of(part[text_column].iloc[rows]) if len(rows) else []))
-    if hits.empty:
-        return pd.DataFrame({"source": np.zeros(0, np.int32), "gram": np.zeros(0, np.int64),
-                             "doc": np.zeros(0, np.int64), "_id": feat["_id"].iloc[:0].to_numpy()})
-    at = rows[hits["doc"].to_numpy()]
-    found = pd.DataFrame({"source": hits["record"].to_numpy(np.int32), "gram": hits["gram"].to_numpy(np.int64),
-                          "doc": feat["doc"].to_numpy(np.int64)[at], "_id": feat["_id"].to_numpy()[at]})
-    return first_examples(found)
-
-
 def first_examples(found: pd.DataFrame) -> pd.DataFrame:
-    """Of `record_examples` rows, one per record: its smallest gram, then the smallest id."""
+    """Of (source, gram, doc, _id) rows (`dedup.partition.contamination.hit_examples`), one per record:
+    its smallest gram, then the smallest id."""
     order = found.assign(_k=found["_id"].astype(object)).sort_values(["source", "gram", "_k"], kind="stable")
     return order.drop_duplicates("source")[["source", "gram", "doc", "_id"]].reset_index(drop=True)
+
+
+def settle_actions(column: pd.Series, source: NDArray[np.int32], source_gram: NDArray[np.int64],
+                   rule: ProtectedNgrams, action: str) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+    """`source`/`source_gram` (the first record and n-gram each document of a partition shares, -1
+    when clean) as the action leaves them: the documents removed. Drop: every one hit; tag: none;
+    cut: those the cut drops (more than 10 windows, or no word left)."""
+    if action == "drop":
+        return source, source_gram
+    source, source_gram = source.copy(), source_gram.copy()
+    rows = np.flatnonzero(source != CLEAN)
+    if action == "cut" and len(rows):
+        new = cut_texts(texts_of(column.iloc[rows]), rule)
+        rows = rows[np.asarray([t is not None for t in new], bool)]
+    source[rows], source_gram[rows] = CLEAN, -1
+    return source, source_gram
