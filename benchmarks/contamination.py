@@ -4,7 +4,7 @@ positives with and without a frequency cap, and what tag and cut cost beside dro
     python benchmarks/contamination.py                  # 1,000,000 documents
     python benchmarks/contamination.py --docs 200000
 
-The corpus (`corpus.corpus_frame`) in 16 files, with 1,000 eval records (30 words each, from the
+The corpus (`corpus.corpus_frame`) in 16 files, with 1,000 eval records (20 words each, from the
 corpus's own vocabulary) planted in 1,000 documents, 250 in each form: verbatim, re-wrapped at 8
 words a line, inside 10 times their length of filler, and upper-cased with punctuation between the
 words. 50 of the records end with a license sentence that 2% of the corpus's documents carry as a
@@ -38,14 +38,15 @@ from speed import PeakRSS, quiet  # noqa: E402
 FORMS = ("verbatim", "wrapped at 8 words", "inside 10x filler", "case and punctuation")
 LICENSE = ("permission is hereby granted free of charge to any person obtaining a copy of this software and "
            "associated documentation files to deal in the software without restriction")
-RECORDS, WITH_LICENSE, LICENSED_SHARE = 1000, 50, 0.02
+RECORDS, RECORD_WORDS, WITH_LICENSE, LICENSED_SHARE = 1000, 20, 50, 0.02
+"""20 words: eight windows, so the cut keeps a document quoting one record (more than ten drops it)."""
 
 
 def plant(frame: pd.DataFrame, seed: int = 1) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
     """The corpus with the records planted and the license footer added; the records; planted id -> form."""
     rng = random.Random(seed)
     vocab = sorted({w for t in frame["text"].iloc[:2000] for w in re.findall(r"\w+", t.lower())})
-    records = [" ".join(rng.choice(vocab) for _ in range(30)) for _ in range(RECORDS)]
+    records = [" ".join(rng.choice(vocab) for _ in range(RECORD_WORDS)) for _ in range(RECORDS)]
     for i in range(WITH_LICENSE):
         records[i] = f"{records[i]} {LICENSE}"
     texts = frame["text"].tolist()
@@ -97,13 +98,17 @@ def janitor_texts(texts: list[str], records: list[str]) -> list[str | None] | No
         from lm_eval.decontamination.janitor import Janitor
     except ImportError:
         return None
-    janitor = Janitor()  # ngram_n 13, window_to_remove 200, too_dirty_cutoff 10, minimum_slice_length 200
-    for r in records:
-        janitor.register_contaminant(r)
+    import contextlib
+    import io
+
     out: list[str | None] = []
-    for t in texts:
-        chunks = janitor.clean_python(t)
-        out.append("\n".join(chunks) if chunks else None)
+    with contextlib.redirect_stdout(io.StringIO()):  # it says "running in python mode" at every call
+        janitor = Janitor()  # ngram_n 13, window_to_remove 200, too_dirty_cutoff 10, minimum_slice_length 200
+        for r in records:
+            janitor.register_contaminant(r)
+        for t in texts:
+            chunks = janitor.clean_python(t)
+            out.append("\n".join(chunks) if chunks else None)
     return out
 
 
@@ -125,14 +130,15 @@ def main() -> None:
         gb = frame["text"].str.len().sum() / 1e9
         print(f"\n{len(frame):,} documents ({gb:.2f} GB of text), {RECORDS:,} eval records planted, "
               f"{args.workers} local workers\n")
-        print("| run | wall s | CPU s | peak RSS of one worker (MiB) | documents hit | removed | wall against drop "
-              "| CPU against drop |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("| run | wall s | CPU s | peak RSS of one worker (MiB) | documents hit | removed | cut | tagged "
+              "| wall against drop | CPU against drop |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         base = runs["drop"]
         for name, r in runs.items():
             c = r["manifest"]["contamination"]
             print(f"| `{name}` | {r['wall']:.1f} | {r['cpu']:.1f} | {r['worker'] / 2**20:,.0f} | {c['documents_hit']:,} "
-                  f"| {c['removed']:,} | {r['wall'] / base['wall']:.2f} | {r['cpu'] / base['cpu']:.2f} |")
+                  f"| {c['removed']:,} | {c['cut']:,} | {c['tagged']:,} | {r['wall'] / base['wall']:.2f} "
+                  f"| {r['cpu'] / base['cpu']:.2f} |")
         print("\n| form | planted | found (drop) | recall | found (`--max-ngram-docs 10`) | recall |")
         print("|---|---:|---:|---:|---:|---:|")
         capped = runs["drop, --max-ngram-docs 10"]["removed"]
@@ -154,8 +160,13 @@ def main() -> None:
             print("lm-eval is not installed here: no Janitor comparison.")
         else:
             same = sum(ours[i] == t for i, t in zip(ids, theirs))
+            dropped = sum(t is None for t in theirs)
             print(f"lm-eval's Janitor: of the {len(ids):,} planted documents the cut kept, {same:,} "
-                  f"({100 * same / max(1, len(ids)):.1f}%) have the same text as its Janitor gives.")
+                  f"({100 * same / max(1, len(ids)):.1f}%) have the same text as its Janitor gives; it drops {dropped:,}.")
+            for form in FORMS:
+                pairs = [(ours[i], t) for i, t in zip(ids, theirs) if planted[i] == form]
+                alike = sum(a == b for a, b in pairs)
+                print(f"  {form}: {alike:,} of {len(pairs):,} the same")
 
 
 if __name__ == "__main__":

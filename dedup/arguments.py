@@ -11,6 +11,9 @@ from dedup.config import (
     COMPONENT_MODES,
     CONFIRM_MODES,
     CONTAMINATION_ACTIONS,
+    CUT_MARGIN,
+    CUT_MAX_WINDOWS,
+    CUT_MIN_PIECE,
     DEFAULT_SHINGLE_SIZE,
     MAX_CONTAMINATED,
     MAX_LINES_REMOVED,
@@ -138,8 +141,9 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
         d.add_argument("--contaminated", choices=CONTAMINATION_ACTIONS, default="drop",
                        help="what a document sharing a protected n-gram becomes: drop (removed, listed in "
                             "_report/removed.parquet); tag (kept, with a contaminated_by column: the FILE#RECORD it "
-                            "shares n-grams with); cut (each match cut with 200 characters either side, pieces of 200 "
-                            "or fewer dropped; more than 10 matches or nothing left drops it). Every run with "
+                            f"shares n-grams with); cut (each match cut with {CUT_MARGIN} characters either side, "
+                            f"pieces of {CUT_MIN_PIECE} or fewer dropped; more than {CUT_MAX_WINDOWS} matches or nothing "
+                            "left drops it). Every run with "
                             "--protected writes _report/eval_records.parquet: what each eval record shares with the "
                             "corpus (default: drop)")
         d.add_argument("--max-ngram-docs", type=int, default=None, metavar="K",
