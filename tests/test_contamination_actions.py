@@ -277,3 +277,21 @@ def test_a_dry_run_says_what_tag_and_cut_would_do(tmp_path: Path) -> None:
     assert re.search(r"contaminated tagged +\d+ +kept", said["tag"]) and "contaminated cut" not in said["tag"]
     assert re.search(r"contaminated cut +\d+ +kept with the matched passages cut out", said["cut"])
     assert "dry run: no shards written" in said["cut"]
+
+
+def test_the_guard_suggests_a_cap_when_common_text_does_most_of_the_removing() -> None:
+    """The guard's line names the largest `--max-ngram-docs` of the what-if that would let the run
+    through, when that cap leaves fewer than half the documents hit; else it suggests none."""
+    from dedup.job.counts import Report
+    from dedup.job.manifest import contamination_guard
+
+    what_if = [{"max_ngram_docs": 1, "documents": 5}, {"max_ngram_docs": 10, "documents": 20},
+               {"max_ngram_docs": 100, "documents": 290}]
+    report = Report(input_rows=1000, contaminated=300, contamination_hit=300, eval_what_if=what_if,
+                    contaminated_by_record=[{"file": "e.jsonl", "record": "line 1", "documents": 300}])
+    line = contamination_guard(report, 0.1)
+    assert line is not None and "most of it is common text: --max-ngram-docs 10 (ignore a protected n-gram " \
+        "found in more documents) would leave 20 documents hit" in line
+    report.eval_what_if = [{"max_ngram_docs": k, "documents": 300} for k in (1, 10, 100)]
+    line = contamination_guard(report, 0.1)
+    assert line is not None and "--max-ngram-docs" not in line

@@ -294,9 +294,9 @@ def test_a_damaged_kept_stage_is_named_and_computed_again(inputs: tuple[Path, Pa
 
 def test_cut_with_a_cap_resumes_to_the_same_bytes(inputs: tuple[Path, Path], dask_processes: Path,
                                                   tmp_path: Path) -> None:
-    """`--contaminated cut --max-ngram-docs 2`, its client killed after the cap's stage and after the
-    contamination stage: the rerun reuses them and writes, byte for byte, what an uninterrupted run
-    writes (the cut texts, the removed list, the eval side)."""
+    """`--contaminated cut --max-ngram-docs 2`, its client killed after the contamination stage: the
+    rerun reuses it and the stages before it (the cap's among them) and writes, byte for byte, what
+    an uninterrupted run writes (the cut texts, the removed list, the eval side)."""
     quotes = tmp_path / "quotes.jsonl"  # 20 words of a few documents: eight windows each, cut out of them
     texts = pd.concat([pd.read_parquet(f) for f in sorted(inputs[0].glob("*.parquet"))])["text"].iloc[5::400]
     quotes.write_text("".join(json.dumps({"q": " ".join(t.split()[40:60])}) + "\n" for t in texts))
@@ -308,9 +308,7 @@ def test_cut_with_a_cap_resumes_to_the_same_bytes(inputs: tuple[Path, Path], das
     assert manifest["contamination"]["cut"] > 0 and manifest["contamination"]["common_ngrams"] > 0
     out = tmp_path / "out"
     cmd = _command(*inputs, out, dask_processes, *more)
-    kill_after(cmd, "common:")
-    seen = kill_after(cmd, "contamination:")
-    assert "resuming: reusing common from the interrupted run of" in seen, seen
+    kill_after(cmd, "contamination:")
     got = run_command(cmd, timeout=240)
     assert got.returncode == 0, got.stderr
     assert "resuming: reusing common, features, contamination from the interrupted run of" in got.stderr
