@@ -33,7 +33,7 @@ from tests.reference import ref_components, ref_lines, ref_removed_lines, ref_sp
 
 LOCAL = {"scheduler": "sync", "dataframe.shuffle.method": "tasks", "dataframe.convert-string": False}
 PARAMS = Params(max_bucket=4)
-FLAGS = ("near", "protected", "lines", "spans", "against", "centred", "details", "index", "files")
+FLAGS = ("near", "protected", "lines", "spans", "against", "centred", "details", "index", "files", "cap")
 BY_NAME = {s.name: s for s in STAGES}
 
 
@@ -43,7 +43,8 @@ def _settings(**on: bool) -> Settings:
                     lines=on.get("lines", False), against=(object(),) if on.get("against") else (),  # type: ignore[arg-type]
                     clusters="centred" if on.get("centred") else "connected", details=on.get("details", False),
                     index_out="index" if on.get("index") else None, files=on.get("files", False),
-                    spans=SpanRule(size=8) if on.get("spans") else None)
+                    spans=SpanRule(size=8) if on.get("spans") else None,
+                    max_ngram_docs=10 if on.get("cap") else None)
 
 
 @pytest.mark.parametrize("combo", list(itertools.product([False, True], repeat=len(FLAGS))),
@@ -55,7 +56,7 @@ def test_the_stage_list_walks_under_every_combination_of_options(combo: tuple[bo
     given = {} if on["files"] else {"source": "the caller"}
     names = [s.name for s in walk(STAGES, _settings(**on), given)]
     near = ["buckets", "confirm", "components", *(["survivors"] if on["details"] or on["centred"] else []), "roots"]
-    want = [*(["read"] if on["files"] else []), "features",
+    want = [*(["read"] if on["files"] else []), *(["common"] if on["protected"] and on["cap"] else []), "features",
             *(["contamination"] if on["protected"] else []), *(near if on["near"] else []),
             *(["lines"] if on["lines"] else []), *(["spans"] if on["spans"] else []),
             *(["shown"] if on["files"] and on["details"] else []), *(["write"] if on["files"] else []),
@@ -70,7 +71,7 @@ def test_every_result_has_one_giver_and_every_kept_result_is_given() -> None:
             assert g not in givers, f"{g} is given by {givers[g]} and {step.name}"
             givers[g] = step.name
         assert set(step.values + step.frames + step.tables) <= set(step.gives), step.name
-        assert set(step.needs(_settings(near=True, lines=True, spans=True, details=True, protected=True))) <= \
+        assert set(step.needs(_settings(near=True, lines=True, spans=True, details=True, protected=True, cap=True))) <= \
             set(step.reads)
     assert set().union(*(s.reads for s in STAGES)) <= set(givers)
 
