@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from dedup import read_protected
-from dedup.core.text import encode_batch
 from dedup.job.pipeline import run
 from tests.conftest import write_shards
 
@@ -149,12 +148,6 @@ print(len(prot), (peak - base) // 1024)
     grams, mib = map(int, res.stdout.split())
     assert grams > 2_900_000
     assert mib < 600, f"{mib} MiB for a 20 MB line"
-
-
-def test_hit_counts_per_batch() -> None:
-    prot = read_protected([Path(__file__)])  # any text file: this one
-    hc = prot.hit_counts(encode_batch(["nothing here", None]))
-    assert hc.empty and list(hc.columns) == ["kind", "index", "documents", "gram"]
 
 
 def test_every_csv_cell_is_protected_whatever_the_width_or_length(tmp_path: Path) -> None:

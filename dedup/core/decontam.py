@@ -218,25 +218,6 @@ class ProtectedNgrams:
         at, record = self.records_of(gram)
         return pd.DataFrame({"doc": doc[at], "record": record, "gram": gram[at]})
 
-    def hit_counts(self, batch: TextBatch) -> pd.DataFrame:
-        """Documents of `batch` hitting each record and each file, with the smallest n-gram hit per record.
-
-        Rows (kind, index, documents, gram): kind 0 = record, 1 = file. Counting distinct
-        documents per record and per file makes the totals independent of the files' order.
-        """
-        pairs = self.record_hits(batch)
-        if pairs.empty:
-            return pd.DataFrame({"kind": np.zeros(0, np.int8), "index": np.zeros(0, np.int64),
-                                 "documents": np.zeros(0, np.int64), "gram": np.zeros(0, np.int64)})
-        by_rec = pairs.groupby("record").agg(documents=("doc", "nunique"), gram=("gram", "min")).reset_index()
-        files = pairs.assign(file=self.record_file[pairs["record"].to_numpy()]).groupby("file")["doc"].nunique()
-        return pd.concat([
-            pd.DataFrame({"kind": np.int8(0), "index": by_rec["record"].to_numpy(np.int64),
-                          "documents": by_rec["documents"].to_numpy(np.int64), "gram": by_rec["gram"].to_numpy(np.int64)}),
-            pd.DataFrame({"kind": np.int8(1), "index": files.index.to_numpy(np.int64),
-                          "documents": files.to_numpy(np.int64), "gram": np.full(len(files), -1, np.int64)}),
-        ], ignore_index=True)
-
     def flags(self, texts: Sequence[str | None]) -> NDArray[np.bool_]:
         """True for each contaminated text."""
         return self.first_hit(encode_batch(texts)) >= 0
