@@ -68,6 +68,11 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
                        help="connected: every chain of confirmed pairs is one cluster (the contract's union-find); "
                             "centred: every removed document reaches the threshold with its cluster's survivor, "
                             "members below it clustered again among themselves (default: connected)")
+        a.add_argument("--within", metavar="COLUMN", default=None,
+                       help="deduplicate each value of COLUMN (a column, or a Hive key of the directories such as "
+                            "dump=... or lang=...) on its own: documents whose values differ are never in one cluster, "
+                            "and each value's documents get what a run over them alone gives (null is a value of its "
+                            "own); FineWeb found per-crawl dedup better than one global pass. Writes no _index/")
         a.add_argument("--cluster-size", action="store_true",
                        help="add minhash_cluster_size (int64) to every row written: how many input documents its "
                             "cluster holds, survivor included (1 for a document without near duplicates)")

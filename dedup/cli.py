@@ -115,7 +115,7 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
 
 OPTIONAL_FLAGS = ("components", "against", "skip_existing", "cluster_size", "keep_by", "clusters", "max_contaminated",
                   "min_copies", "min_line_words", "max_lines_removed", "span_tokens", "spans_keep", "contaminated",
-                  "max_ngram_docs")
+                  "max_ngram_docs", "within")
 """Options whose flags only some commands have (`dedup.arguments`), by their `Options` name."""
 
 

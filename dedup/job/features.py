@@ -17,7 +17,7 @@ from dedup.job.counts import Report
 from dedup.job.graphs import file_read, persist, read_for
 from dedup.job.ids import check_unique_ids, conflict_counts, existing_ids, id_conflicts
 from dedup.job.stage import Settings, Step, View, rule_needed
-from dedup.partition.features import KEEP, SIG, document_features, features_meta
+from dedup.partition.features import KEEP, SCOPE, SIG, document_features, features_meta
 from dedup.storage import io
 
 
@@ -40,7 +40,7 @@ def features(ddf: dd.DataFrame, *, id_column: str, text_column: str, params: Par
     prot = shared(protected) if protected is not None else None
     keep = ddf._meta[KEEP].dtype if KEEP in ddf.columns else None
     feat = ddf.map_partitions(document_features, id_column, text_column, params, prot, near, action,
-                              meta=features_meta(params.num_perm, ddf._meta[id_column].dtype, keep))
+                              meta=features_meta(params.num_perm, ddf._meta[id_column].dtype, keep, SCOPE in ddf.columns))
     feat = persist(through("feat", feat)) if features_dir is None else _materialise(feat, features_dir)
     counts = without_signatures(feat).map_partitions(
         _feature_counts, meta={"rows": "int64", "contaminated": "int64", "hit": "int64", "null_ids": "int64"})

@@ -70,6 +70,8 @@ class Plan:
     """The indexes of `options.against`, loaded."""
     keep_by: tuple[str, str] | None = None
     """`--keep-by` checked against the input: (column, "max" or "min"); None without it or near dedup."""
+    within: str | None = None
+    """`--within`'s column (or Hive key), checked against the input; None without it."""
     hive: pa.Schema = field(default_factory=lambda: pa.schema([]))
     """The Hive keys of the input's directories that are not columns of its files (`shards.hive_schema`):
     columns `--keep-by` can name, never written into OUTPUT's shards."""
@@ -95,6 +97,18 @@ def _keep_by(spec: str, schema: pa.Schema, near: bool) -> tuple[str, str]:
         raise UsageError(f"--keep-by: column {column!r} has type {t}, which has no order; give a column of numbers, "
                          "strings, booleans, dates or timestamps.")
     return column, way
+
+
+def _within(column: str, schema: pa.Schema) -> None:
+    """`--within COLUMN` checked against the input's columns and Hive keys: there, and of a type whose
+    values have a text form."""
+    if column not in schema.names:
+        raise UsageError(f"--within: the input has no column {column!r} (nor a Hive key {column}=... in its "
+                         f"directories); columns found: {schema.names}.")
+    t = schema.field(column).type
+    if not reads.scopeable(t):
+        raise UsageError(f"--within: column {column!r} has type {t}; give a column of strings, numbers, booleans, "
+                         "dates or timestamps (a crawl, a language, a source).")
 
 
 def _check_positions(found: Sequence[shards_mod.Shard], parts: Sequence[IndexPart]) -> None:
@@ -144,7 +158,9 @@ class Options:
     `span_tokens` tokens or more, its first occurrence kept (`spans_keep` "first") or not ("none").
     `contaminated`: what a document sharing a protected n-gram becomes: "drop", "tag" (kept, with
     `contaminated_by`), "cut" (the leaked passages cut, section 6e); `max_ngram_docs`: a protected
-    n-gram found in more documents than this is ignored as common text (None: none is)."""
+    n-gram found in more documents than this is ignored as common text (None: none is). `within`: a
+    column (or a Hive key of the input's directories) whose values scope near dedup: documents whose
+    values differ are never in one cluster (section 6d)."""
 
     protected: Sequence[PathLike] = ()
     near: bool = True
@@ -176,6 +192,7 @@ class Options:
     spans_keep: str = "first"
     contaminated: str = "drop"
     max_ngram_docs: int | None = None
+    within: str | None = None
 
     def __post_init__(self) -> None:
         if self.components not in COMPONENT_MODES:
@@ -226,6 +243,14 @@ class Options:
         if (self.contaminated != "drop" or k is not None) and not self.protected:
             flag = "--contaminated" if self.contaminated != "drop" else "--max-ngram-docs"
             raise UsageError(f"{flag} says how protected n-grams are handled; give --protected FILE too.")
+        if self.within is not None:
+            if not self.near:
+                raise UsageError("--within scopes near dedup; it needs `run` or `near`.")
+            for flag, on in (("--against", self.against), ("--lines", self.lines), ("--spans", self.spans)):
+                if on:
+                    raise UsageError(f"--within with {flag} is not supported yet: each value's documents must get what "
+                                     f"a run over them alone gives, and {flag} reads across values. Run without "
+                                     f"{flag}, or once per value.")
         p = self.partition_rows
         if p is None:
             object.__setattr__(self, "partition_rows", SPAN_PARTITION_ROWS if self.spans else PARTITION_ROWS)
@@ -244,8 +269,8 @@ def writes_index(o: Options) -> bool:
     """Whether the run builds `_index/` (a dry run builds its bands and ids, which the run that
     publishes it reuses, but writes no docs files): near dedup asked for one, and no pass changed
     the texts near dedup compared (lines, spans, the contamination cut), which a later `--against`
-    reads back from OUTPUT."""
-    return o.write_index and o.near and not o.lines and not o.spans and o.contaminated != "cut"
+    reads back from OUTPUT, and no scope (`--within`) keyed its buckets."""
+    return o.write_index and o.near and not o.lines and not o.spans and o.contaminated != "cut" and o.within is None
 
 
 def prepare(input: str, output: str, options: Options | None = None) -> Plan:
@@ -282,6 +307,8 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
         raise UsageError(f"The input already has a {shards_mod.TAG_COLUMN!r} column (an earlier tagged output?); "
                          "rename or drop it first, or use --contaminated drop or cut.")
     keep = _keep_by(o.keep_by, pa.schema([*schema, *hive]), o.near) if o.keep_by else None
+    if o.within is not None:
+        _within(o.within, pa.schema([*schema, *hive]))
     if keep is not None and keep[0] in shards_mod.shadowed_keys(found, schema):
         log.info("--keep-by %s: the files' own column %r is read; the directories' %s=... values, a Hive key of the "
                  "same name, are not (as pyarrow and pandas read them)", keep[0], keep[0], keep[0])
@@ -323,6 +350,8 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
         chosen.update(spans=True, span_tokens=o.span_tokens, spans_keep=o.spans_keep)
     if o.contaminated != "drop" or o.max_ngram_docs is not None:
         chosen.update(contaminated=o.contaminated, max_ngram_docs=o.max_ngram_docs)
+    if o.within is not None:
+        chosen.update(within=o.within)
     staging = Staging(output, fingerprint(found, params, chosen, prot, parts), restart=o.restart)
     rows = o.partition_rows
     assert rows is not None  # resolved as the options were made
@@ -334,6 +363,6 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     if o.near:  # once everything is checked: a refused run says one line
         log_banding(params, report)
     return Plan(input, output, o, found, schema, groups, prot, params, id_column, staging, report, start, parts,
-                keep_by=keep, hive=hive)
+                keep_by=keep, hive=hive, within=o.within)
 
 

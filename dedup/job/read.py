@@ -12,7 +12,7 @@ import pyarrow as pa
 from dedup.core.text import TEXT_DTYPE
 from dedup.job import write
 from dedup.job.stage import Settings, Step, View
-from dedup.partition.features import KEEP
+from dedup.partition.features import KEEP, SCOPE
 from dedup.storage import reads
 from dedup.storage import shards as shards_mod
 
@@ -39,6 +39,11 @@ class Read(Step):
             assert plan.keep_by is not None
             keep = (plan.keep_by[0], plan.column_type(plan.keep_by[0]))
             meta[KEEP] = pd.Series(dtype=pd.ArrowDtype(reads.keep_type(keep[1])))
+        scope = None
+        if plan.within is not None:
+            scope = (plan.within, plan.column_type(plan.within))
+            meta[SCOPE] = pd.Series(dtype=TEXT_DTYPE)
         job.source = dd.from_map(write.read_group, plan.groups, id_column=plan.id_column, text_column=plan.options.text_column,
-                                 id_type=id_type, keep=keep, meta=meta, enforce_metadata=False, label="read-shards")
+                                 id_type=id_type, keep=keep, scope=scope, meta=meta, enforce_metadata=False,
+                                 label="read-shards")
         return f"{len(plan.shards)} files in {len(plan.groups)} partitions"

@@ -33,8 +33,8 @@ PIECES_DIR = "_pieces"
 
 
 def read_group(group: list[shards_mod.Piece], id_column: str, text_column: str, id_type: pa.DataType,
-               keep: tuple[str, pa.DataType] | None = None) -> pd.DataFrame:
-    return reads.read_features_input(group, id_column, text_column, id_type, keep)
+               keep: tuple[str, pa.DataType] | None = None, scope: tuple[str, pa.DataType] | None = None) -> pd.DataFrame:
+    return reads.read_features_input(group, id_column, text_column, id_type, keep, scope)
 
 
 def piece_path(root: str, name: str, piece: shards_mod.Piece) -> str:

@@ -9,7 +9,7 @@ from numpy.typing import NDArray
 
 from dedup.config import Params
 from dedup.core.lsh import NO_KEY, band_keys
-from dedup.partition.features import signatures_of
+from dedup.partition.features import SCOPE, signatures_of
 from dedup.partition.keyspace import NO_INDEX
 
 KIND_CANDIDATE = 0
@@ -29,12 +29,13 @@ def _local_reps(feat: pd.DataFrame) -> tuple[pd.DataFrame, NDArray[np.int64]]:
     representative does, so the band rows (and an index) always hold the survivor."""
     active = feat[feat["tkey"] != 0]
     rep = active["doc"].to_numpy(dtype=np.int64).copy()
-    shared = active.duplicated(["tkey", "tkey2"], keep=False).to_numpy()
+    text = [*([SCOPE] if SCOPE in feat.columns else []), "tkey", "tkey2"]  # with --within, a text of each value
+    shared = active.duplicated(text, keep=False).to_numpy()
     if shared.any():
         grp = active[shared]
         ids = grp["_id"] if pd.api.types.is_integer_dtype(grp["_id"].dtype) else grp["_id"].astype(object)
-        order = grp.assign(_k=ids.to_numpy()).sort_values(["tkey", "tkey2", "_k"], kind="stable")
-        first = order.groupby(["tkey", "tkey2"], sort=False)["doc"].transform("first")
+        order = grp.assign(_k=ids.to_numpy()).sort_values([*text, "_k"], kind="stable")
+        first = order.groupby(text, sort=False)["doc"].transform("first")
         rep[shared] = first.reindex(grp.index).to_numpy(dtype=np.int64)
     return active, rep
 
@@ -68,6 +69,8 @@ def long_form(feat: pd.DataFrame, params: Params) -> pd.DataFrame:
     reps = active[active["doc"].to_numpy() == rep]
     sigs = signatures_of(reps, params.num_perm)
     keys = band_keys(sigs, num_bands=params.num_bands, rows_per_band=params.rows_per_band)
+    if SCOPE in reps.columns:  # --within: a bucket of each value's documents, never two values'
+        keys = within_keys(keys, reps[SCOPE].to_numpy(np.uint64))
     n, nb = keys.shape
     out = pd.DataFrame({
         "band": np.tile(np.arange(nb, dtype=np.uint8), n),
@@ -77,6 +80,14 @@ def long_form(feat: pd.DataFrame, params: Params) -> pd.DataFrame:
         "tkey2": np.repeat(reps["tkey2"].to_numpy(dtype=np.uint64), nb),
     })
     return out[out["key"] != NO_KEY].reset_index(drop=True)
+
+def within_keys(keys: NDArray[np.uint64], scope: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """Band keys (documents x bands) made the keys of each document's `--within` value: the scope key
+    mixed in (never making `NO_KEY`, and leaving an unindexed band unindexed)."""
+    mixed = keys ^ scope[:, None]
+    mixed[mixed == NO_KEY] ^= np.uint64(1)
+    return np.where(keys == NO_KEY, NO_KEY, mixed)
+
 
 EDGE_META = pd.DataFrame({
     "left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64),

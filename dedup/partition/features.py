@@ -73,12 +73,37 @@ ROOT_DOC = "root_doc"
 document kept in each one's place, its own for this run's documents and for an earlier output's kept
 ones, its root's for an earlier output's near duplicate (which carries its root's id as `_id`)."""
 
+SCOPE = "_scope"
+"""With `--within`: in the frame the features are computed from, each document's value of the scope
+column as a string (null when it has none); in the features, a 64-bit hash of it (`scope_keys`):
+documents whose values differ never share a bucket, nor collapse as one text."""
+
 KEEP = "_keep"
 """The `--keep-by` column's value of each document (an Arrow-typed column; null never wins), in the
 frame the features are computed from and in the features."""
 
 
-def features_meta(num_perm: int, id_dtype: Any, keep_dtype: Any = None) -> pd.DataFrame:
+def scope_keys(values: pd.Series) -> NDArray[np.uint64]:
+    """Each document's `--within` value (a string, or null: a value of its own) as a nonzero 64-bit key,
+    the same in every process (BLAKE2b of the value)."""
+    import hashlib
+
+    import pyarrow as pa
+
+    arr = pa.array(values.array)
+    codes = (arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr).dictionary_encode()
+    keys = []
+    for v in codes.dictionary.to_pylist():
+        raw = b"\x00" if v is None else b"\x01" + v.encode("utf-8")
+        keys.append(int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") or 1)
+    table = np.asarray(keys + [int.from_bytes(hashlib.blake2b(b"\x00", digest_size=8).digest(), "little") or 1],
+                       np.uint64)
+    idx = codes.indices.to_numpy(zero_copy_only=False)
+    idx = np.where(codes.indices.is_null().to_numpy(zero_copy_only=False), len(keys), idx).astype(np.int64)
+    return table[idx]
+
+
+def features_meta(num_perm: int, id_dtype: Any, keep_dtype: Any = None, scope: bool = False) -> pd.DataFrame:
     cols: dict[str, Any] = {
         "_id": pd.Series(dtype=id_dtype),
         "doc": pd.Series(dtype=np.int64),
@@ -93,6 +118,8 @@ def features_meta(num_perm: int, id_dtype: Any, keep_dtype: Any = None) -> pd.Da
     cols[SIG] = sig_payload(np.zeros((0, num_perm), dtype=np.uint32))
     if keep_dtype is not None:
         cols[KEEP] = pd.Series(dtype=keep_dtype)
+    if scope:
+        cols[SCOPE] = pd.Series(dtype=np.uint64)
     return pd.DataFrame(cols)
 
 
@@ -143,6 +170,8 @@ def document_features(part: pd.DataFrame, id_column: str, text_column: str, para
                        index=range(n))
     if KEEP in part.columns:
         out[KEEP] = part[KEEP].array
+    if SCOPE in part.columns:
+        out[SCOPE] = scope_keys(part[SCOPE])
     return out
 
 

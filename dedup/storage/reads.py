@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dedup.core.text import TEXT_DTYPE
+from dedup.partition.features import SCOPE
 from dedup.storage.shards import (
     INT64_MAX,
     POSITION_ID,
@@ -152,9 +153,11 @@ def _bad_utf8(path: str, column: pa.ChunkedArray, text_column: str, row0: int = 
 
 
 def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: str, id_type: pa.DataType,
-                        keep: tuple[str, pa.DataType] | None = None) -> pd.DataFrame:
+                        keep: tuple[str, pa.DataType] | None = None,
+                        scope: tuple[str, pa.DataType] | None = None) -> pd.DataFrame:
     """The id and text columns of `pieces`, concatenated, for the features stage; with `keep`
-    (`--keep-by`'s column and its unified type), its values too, as `_keep` (`keep_values`).
+    (`--keep-by`'s column and its unified type), its values too, as `_keep` (`keep_values`); with
+    `scope` (`--within`'s), its values as strings (nulls stay null), as `_scope` (`SCOPE`).
 
     Ids come as int64 (integer ids) or Python strings; texts as an Arrow-backed column
     (`dedup.core.text.TEXT_DTYPE`, read in place by the features stage). A null id or text that is not
@@ -163,17 +166,24 @@ def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: st
     ids: list[Any] = []
     texts: list[pa.Array] = []
     kept: list[pa.Array] = []
+    scopes: list[pa.Array] = []
     for piece in pieces:
         s = piece.shard
         positions = id_column == POSITION_ID
         in_file = keep is not None and keep[0] in s.schema.names  # else a Hive key of its path (or nulls)
+        scope_in_file = scope is not None and scope[0] in s.schema.names
         t = read_table(s.path, list(dict.fromkeys([*([] if positions else [id_column]), text_column,
-                                                   *([keep[0]] if keep and in_file else [])])), piece.start,
+                                                   *([keep[0]] if keep and in_file else []),
+                                                   *([scope[0]] if scope and scope_in_file else [])])), piece.start,
                        piece.stop)
         if keep is not None:
             column = t.column(keep[0]) if in_file else \
                 pa.chunked_array([hive_column(s, keep[0], keep[1], piece.rows)], keep[1])
             kept.extend(keep_values(column, keep[1]).chunks)
+        if scope is not None:
+            column = t.column(scope[0]) if scope_in_file else \
+                pa.chunked_array([hive_column(s, scope[0], scope[1], piece.rows)], scope[1])
+            scopes.extend(scope_values(column).chunks)
         txt = t.column(text_column)
         idc = pa.chunked_array([pa.array([position_id(s.name, r) for r in range(piece.start, piece.stop)],
                                          pa.string())]) if positions else t.column(id_column)
@@ -203,7 +213,25 @@ def read_features_input(pieces: Sequence[Piece], id_column: str, text_column: st
                                                dtype=TEXT_DTYPE)})
     if keep is not None:
         out["_keep"] = pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array(kept, keep_type(keep[1]))))
+    if scope is not None:
+        out[SCOPE] = pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array(scopes, pa.large_string())), dtype=TEXT_DTYPE)
     return out
+
+
+def scope_values(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """`--within`'s values as large strings, each type's own text form (a dictionary read as its values)."""
+    t = column.type
+    if pa.types.is_dictionary(t):
+        column = column.cast(t.value_type)
+    return column.cast(pa.large_string())
+
+
+def scopeable(t: pa.DataType) -> bool:
+    """Whether `--within` can name a column of type `t`: values with a text form Arrow gives (numbers,
+    strings, booleans, dates, times), not lists, structs or binary."""
+    t = t.value_type if pa.types.is_dictionary(t) else t
+    return any(f(t) for f in (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_boolean,
+                              pa.types.is_date, pa.types.is_timestamp, pa.types.is_decimal, pa.types.is_floating))
 
 
 def keep_type(t: pa.DataType) -> pa.DataType:
