@@ -25,6 +25,8 @@ class Report:
     """With `--max-ngram-docs K`: the protected n-grams found in more than K documents, ignored, with
     their counts (the most common first)."""
     common_ngram_count: int = 0
+    within: list[dict[str, Any]] = field(default_factory=list)
+    """With `--within`: per value, its documents and near duplicates (the most documents first)."""
     eval_what_if: list[dict[str, Any]] = field(default_factory=list)
     """The documents still hit with each `--max-ngram-docs` cap (`WHAT_IF_NGRAM_DOCS`)."""
     near_duplicates: int = 0

@@ -17,7 +17,15 @@ from dedup.job.counts import Report
 from dedup.job.graphs import file_read, persist, read_for
 from dedup.job.ids import check_unique_ids, conflict_counts, existing_ids, id_conflicts
 from dedup.job.stage import Settings, Step, View, rule_needed
-from dedup.partition.features import KEEP, SCOPE, SIG, document_features, features_meta
+from dedup.partition.features import (
+    KEEP,
+    SCOPE,
+    SCOPE_TALLY_META,
+    SIG,
+    document_features,
+    features_meta,
+    scope_tally,
+)
 from dedup.storage import io
 
 
@@ -108,7 +116,10 @@ class Features(Step):
                                      near=s.near, action=s.contaminated)
         conflicts, k, lazy_ids = id_conflicts(without_signatures(feat), s.npartitions, against=s.against, index_out=s.index_out,
                                               rows=s.rows)
-        fc, ic, sample = compute(lazy_counts, *lazy_ids)
+        scoped = [job.source.map_partitions(scope_tally, meta=SCOPE_TALLY_META)] if SCOPE in job.source.columns else []
+        fc, ic, sample, *tally = compute(lazy_counts, *lazy_ids, *scoped)
+        if tally:
+            report.within = scope_values(tally[0])
         c = feature_counts(fc)
         if c.null_ids:
             located = io.null_id_rows(s.null_id_files, s.id_column) if s.null_id_files else []
@@ -148,3 +159,12 @@ def contamination_words(report: Report, action: str) -> str:
     if action == "cut":
         return f"{hit} contaminated ({hit - report.contaminated} cut, {report.contaminated} dropped by the cut)"
     return f"{report.contaminated} contaminated"
+
+
+def scope_values(tally: pd.DataFrame) -> list[dict[str, Any]]:
+    """The features' `--within` tallies summed: per value, its key (as a string, for JSON), its documents,
+    and room for its near duplicates (the roots stage's); the most documents first."""
+    by = tally.groupby("scope", sort=True).agg(value=("value", "first"), documents=("documents", "sum")).reset_index()
+    by = by.sort_values(["documents", "scope"], ascending=[False, True], kind="stable")
+    return [{"value": v, "key": str(k), "documents": int(d), "near_duplicates": 0}
+            for k, v, d in zip(by["scope"].tolist(), by["value"].tolist(), by["documents"].tolist())]

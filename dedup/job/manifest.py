@@ -78,6 +78,10 @@ def cap_hint(report: Report, max_share: float) -> str:
             f"found in more documents) would leave {best['documents']:,} documents hit")
 
 
+MAX_WITHIN_VALUES = 1000
+"""The `--within` values the manifest lists (the most documents first)."""
+
+
 def dropped_near(plan: Plan) -> int:
     """Near duplicates dropped from the output (none when they are only tagged)."""
     return plan.report.near_duplicates if (plan.options.near and plan.options.drop) else 0
@@ -104,6 +108,8 @@ def build_manifest(plan: Plan, job: Job, output_rows: int) -> dict[str, Any]:
             "common_ngrams_listed": report.common_ngrams, "what_if": report.eval_what_if,
             "eval_records": removed.EVAL_RECORDS if plan.protected is not None and plan.options.write_report else None,
         } if plan.protected is not None else None,
+        "within": {"column": plan.within, "values": report.within[:MAX_WITHIN_VALUES],
+                   "value_count": len(report.within)} if plan.within is not None else None,
         "clusters": report.clusters, "largest_cluster": report.largest_cluster,
         "candidate_pairs": report.candidate_pairs, "confirmed_pairs": report.confirmed_pairs,
         "same_text_pairs": report.same_text_pairs,

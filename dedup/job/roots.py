@@ -13,13 +13,14 @@ import numpy as np
 import pandas as pd
 
 from dedup.job import page_data
+from dedup.job.compute import compute
 from dedup.job.features import without_signatures
 from dedup.job.graphs import persist, persist_counting
 from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
 from dedup.job.stage import Settings, Step, View
 from dedup.job.survivors import scored_against_survivors
 from dedup.partition import keyspace
-from dedup.partition.features import KEEP, ROOT_DOC
+from dedup.partition.features import KEEP, ROOT_DOC, SCOPE, scope_duplicates
 from dedup.partition.roots import (
     SURVIVOR_ESTIMATE,
     component_counts,
@@ -133,6 +134,11 @@ class Roots(Step):
                           scored=job.scored if s.details else None, exact=s.params.confirm == "exact",
                           sizes=s.cluster_size, keep=s.survivor_order)
         job.roots = persist(job.kept.through(self.name, "roots", routed))
+        if SCOPE in job.feat.columns:  # --within: the near duplicates of each value
+            (dups,) = compute(dd.map_partitions(scope_duplicates, job.roots, without_signatures(job.feat)[["_id", SCOPE]],
+                                                meta={"scope": "uint64", "duplicates": "int64"}, align_dataframes=False))
+            per = dups.groupby("scope")["duplicates"].sum()
+            report.within = [{**v, "near_duplicates": int(per.get(np.uint64(int(v["key"])), 0))} for v in report.within]
         report.clusters, report.largest_cluster = r.clusters, r.largest
         report.near_duplicates = r.duplicates
         report.near_duplicates_of_indexed = r.of_indexed

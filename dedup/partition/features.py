@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.config import Params
@@ -20,7 +21,7 @@ from dedup.core.decontam import ProtectedNgrams
 from dedup.core.minhash import SIGNATURE_CHUNK, SIGNATURE_DTYPE, batch_signatures
 from dedup.core.text import encode_column_chunks, texts_of
 from dedup.partition.codec import payload_sigs, sig_payload
-from dedup.partition.keyspace import doc_keys
+from dedup.partition.keyspace import doc_keys, key_row
 from dedup.partition.rows import rows_of
 
 CLEAN = -1
@@ -88,8 +89,6 @@ def scope_keys(values: pd.Series) -> NDArray[np.uint64]:
     the same in every process (BLAKE2b of the value)."""
     import hashlib
 
-    import pyarrow as pa
-
     arr = pa.array(values.array)
     codes = (arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr).dictionary_encode()
     keys = []
@@ -101,6 +100,32 @@ def scope_keys(values: pd.Series) -> NDArray[np.uint64]:
     idx = codes.indices.to_numpy(zero_copy_only=False)
     idx = np.where(codes.indices.is_null().to_numpy(zero_copy_only=False), len(keys), idx).astype(np.int64)
     return table[idx]
+
+
+SCOPE_TALLY_META = pd.DataFrame({"scope": pd.Series(dtype=np.uint64), "value": pd.Series(dtype=object),
+                                 "documents": pd.Series(dtype=np.int64)})
+
+
+def scope_tally(part: pd.DataFrame) -> pd.DataFrame:
+    """(scope, value, documents): the documents of one input partition with each `--within` value, and
+    the value's key (`scope_keys`)."""
+    if not len(part):
+        return SCOPE_TALLY_META.copy()
+    keys = scope_keys(part[SCOPE])
+    arr = pa.array(part[SCOPE].array)
+    frame = pd.DataFrame({"scope": keys, "value": pd.Series(arr.to_pylist(), dtype=object)})
+    counts = frame.groupby("scope", sort=True).agg(value=("value", "first"), documents=("value", "size")).reset_index()
+    return counts.astype({"scope": np.uint64, "documents": np.int64})
+
+
+def scope_duplicates(roots: pd.DataFrame, feat: pd.DataFrame) -> pd.DataFrame:
+    """(scope, duplicates): of one partition's clustered documents (`roots`: doc, root), those that are not
+    their cluster's root, by `--within` value key."""
+    own = feat["_id"].to_numpy(dtype=np.int64 if pd.api.types.is_integer_dtype(feat["_id"].dtype) else object)
+    rows = key_row(roots["doc"].to_numpy(np.int64)) if len(roots) else np.zeros(0, np.int64)
+    dup = roots["root"].to_numpy() != own[rows]
+    counts = pd.Series(feat[SCOPE].to_numpy(np.uint64)[rows[dup]]).value_counts()
+    return pd.DataFrame({"scope": counts.index.to_numpy(np.uint64), "duplicates": counts.to_numpy(np.int64)})
 
 
 def features_meta(num_perm: int, id_dtype: Any, keep_dtype: Any = None, scope: bool = False) -> pd.DataFrame:

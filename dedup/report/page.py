@@ -348,6 +348,8 @@ def _spans_section(spans: dict[str, Any]) -> dict[str, Any] | None:
     return {**spans, "top": top, "hist": hist}
 
 
+WITHIN_SHOWN = 50
+"""The `--within` values the page lists (the manifest has up to 1,000)."""
 EVAL_RECORDS_SHOWN = 20
 """The records most leaked the page lists (`_report/eval_records.parquet` has them all)."""
 
@@ -427,4 +429,6 @@ def render(manifest: dict[str, Any], extras: Extras, eval_records: Any = None) -
         records=records, parameters=sorted(m["parameters"].items()), run=run_rows(m), excerpt=_excerpt_html,
         contamination=cont, common=[{"ngram": shorten(c["ngram"]), "documents": c["documents"]}
                                     for c in cont.get("common_ngrams_listed", [])[:EVAL_RECORDS_SHOWN]],
-        eval_files=eval_files, eval_top=eval_top))
+        eval_files=eval_files, eval_top=eval_top,
+        within_values=[{**v, "value": "(null)" if v["value"] is None else shorten(v["value"])}
+                       for v in (m.get("within") or {}).get("values", [])[:WITHIN_SHOWN]]))

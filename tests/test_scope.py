@@ -1,0 +1,115 @@
+"""Dedup scope (docs/contract.md §6d): `--within COLUMN` gives each value's documents exactly what a
+run over them alone gives, on a real cluster: cluster ids, sizes, survivors and the removed list,
+whether the value is a column of the files or a Hive key of their directories, with the options that
+choose survivors and confirm pairs; the combinations that would read across values are refused."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dedup.config import Params
+from dedup.corpus import generate
+from dedup.job.pipeline import run
+from dedup.storage.safety import UsageError
+from tests.conftest import chromium, table_cells, write_shards
+
+CRAWLS = ["CC-2023-06", "CC-2024-10", "CC-2025-18", None]
+REMOVED = ["id", "reason", "root", "matched", "estimate", "jaccard", "survivor_similarity"]
+
+
+def _corpus() -> pd.DataFrame:
+    """§7 documents (families of near copies) spread over three crawls and no crawl at all, so most
+    families have copies in several: a global run joins them, a scoped one must not."""
+    rng = random.Random(4)
+    docs = generate(260, seed=8)
+    return pd.DataFrame({"id": [d.id for d in docs], "text": [d.text for d in docs],
+                         "crawl": [rng.choice(CRAWLS) for _ in docs],
+                         "fetched": [rng.randrange(10**6) for _ in docs]})
+
+
+def _shards(out: Path) -> pd.DataFrame:
+    """Every output shard's rows, each file read alone (Arrow cannot yet read a Hive key whose
+    directories include the null one as a dataset's column)."""
+    files = sorted(p for p in out.rglob("*.parquet") if not any(q.startswith("_") for q in p.relative_to(out).parts))
+    return pd.concat([pd.read_parquet(f) for f in files])
+
+
+def _alone(frame: pd.DataFrame, root: Path, **options: object) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each crawl's documents (nulls together) in a run of their own: the rows written and removed, by id."""
+    kept, removed = [], []
+    for i, crawl in enumerate(CRAWLS):
+        part = frame[frame["crawl"].isna()] if crawl is None else frame[frame["crawl"] == crawl]
+        src = write_shards(part.reset_index(drop=True), root / f"alone-in-{i}", 2)
+        out = root / f"alone-out-{i}"
+        run(str(src), str(out), write_index=False, **options)
+        kept.append(pd.read_parquet(out))
+        removed.append(pd.read_parquet(out / "_report" / "removed.parquet"))
+    return (pd.concat(kept).set_index("id").sort_index(), pd.concat(removed).set_index("id").sort_index())
+
+
+@pytest.mark.parametrize("how", ["column", "hive key, keep-by, centred, exact"])
+def test_within_gives_each_value_what_a_run_over_it_alone_gives(client, tmp_path: Path, how: str) -> None:
+    frame = _corpus()
+    options: dict[str, object] = {"cluster_size": True}
+    if how != "column":
+        options.update(keep_by="fetched:max", clusters="centred", params=Params(confirm="exact"))
+    kept_alone, removed_alone = _alone(frame, tmp_path, **options)
+    if how == "column":
+        src = write_shards(frame, tmp_path / "in", 3)
+        within = "crawl"
+    else:  # a Hive key of the directories: dump=<crawl>/ (null: the directory dump=__HIVE_DEFAULT_PARTITION__)
+        src = tmp_path / "hive"
+        for crawl in CRAWLS:
+            part = frame[frame["crawl"].isna()] if crawl is None else frame[frame["crawl"] == crawl]
+            name = crawl if crawl is not None else "__HIVE_DEFAULT_PARTITION__"
+            write_shards(part.drop(columns=["crawl"]).reset_index(drop=True), src / f"dump={name}", 2)
+        within = "dump"
+    out = tmp_path / "out"
+    m = run(str(src), str(out), within=within, partition_rows=70, **options)
+    kept = _shards(out).set_index("id").sort_index()
+    columns = ["text", "minhash_cluster", "minhash_cluster_size"]
+    pd.testing.assert_frame_equal(kept[columns], kept_alone[columns])
+    removed = _shards(out / "_report" / "removed.parquet").set_index("id").sort_index()
+    pd.testing.assert_frame_equal(removed[REMOVED[1:]], removed_alone[REMOVED[1:]])
+    glob = run(str(src), str(tmp_path / "global"), write_index=False, **options)
+    assert glob["near_duplicates_found"] > m["near_duplicates_found"]  # the crawls share families
+    values = {v["value"]: (v["documents"], v["near_duplicates"]) for v in m["within"]["values"]}
+    want = {}
+    for crawl in CRAWLS:
+        part = frame[frame["crawl"].isna()] if crawl is None else frame[frame["crawl"] == crawl]
+        gone = removed_alone.index.isin(part["id"]) & (removed_alone["reason"] == "near_duplicate")
+        want[crawl] = (len(part), int(gone.sum()))
+    if how != "column":
+        want = {k if k is not None else None: v for k, v in want.items()}
+    assert values == want
+    assert m["index"] is None
+    if how == "column":
+        d = chromium()
+        try:
+            d.get((out / m["report"]).as_uri())
+            shown = table_cells(d, "#within tr")[1:]
+        finally:
+            d.quit()
+        assert [(r[0], int(r[1].replace(",", ""))) for r in shown] == \
+            [("(null)" if v["value"] is None else v["value"], v["documents"]) for v in m["within"]["values"]]
+
+
+def test_within_refuses_what_reads_across_values(tmp_path: Path) -> None:
+    """One line before any work: options that read across values, a column the input lacks, a type
+    without a text form."""
+    frame = _corpus()
+    src = write_shards(frame.assign(tags=[["a"]] * len(frame)), tmp_path / "in", 2)
+    for flag, more in (("--against", {"against": [str(tmp_path)]}), ("--lines", {"lines": True}),
+                       ("--spans", {"spans": True})):
+        with pytest.raises(UsageError, match=f"--within with {flag} is not supported yet"):
+            run(str(src), str(tmp_path / "out"), within="crawl", **more)
+    with pytest.raises(UsageError, match="--within scopes near dedup"):
+        run(str(src), str(tmp_path / "out"), within="crawl", near=False, protected=[tmp_path])
+    with pytest.raises(UsageError, match="the input has no column 'lang'"):
+        run(str(src), str(tmp_path / "out"), within="lang")
+    with pytest.raises(UsageError, match="column 'tags' has type list<element: string>"):
+        run(str(src), str(tmp_path / "out"), within="tags")
