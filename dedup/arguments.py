@@ -73,6 +73,11 @@ def _add_algorithm(p: argparse.ArgumentParser, *, near: bool = True, decontam: b
                             "dump=... or lang=...) on its own: documents whose values differ are never in one cluster, "
                             "and each value's documents get what a run over them alone gives (null is a value of its "
                             "own); FineWeb found per-crawl dedup better than one global pass. Writes no _index/")
+        a.add_argument("--min-cluster-size", type=int, default=2, metavar="S",
+                       help="remove near duplicates only from clusters of at least S documents; smaller clusters are "
+                            "kept whole, tagged with minhash_cluster (FineWeb's reading: the gain is in the large "
+                            "clusters); the page shows what 2, 3, 5, 10 and 100 would remove; writes no _index/ "
+                            "above 2 (default: 2, every near duplicate)")
         a.add_argument("--cluster-size", action="store_true",
                        help="add minhash_cluster_size (int64) to every row written: how many input documents its "
                             "cluster holds, survivor included (1 for a document without near duplicates)")

@@ -115,7 +115,7 @@ def _plan(args: argparse.Namespace, params: Any, near: bool, protected: list[str
 
 OPTIONAL_FLAGS = ("components", "against", "skip_existing", "cluster_size", "keep_by", "clusters", "max_contaminated",
                   "min_copies", "min_line_words", "max_lines_removed", "span_tokens", "spans_keep", "contaminated",
-                  "max_ngram_docs", "within")
+                  "max_ngram_docs", "within", "min_cluster_size")
 """Options whose flags only some commands have (`dedup.arguments`), by their `Options` name."""
 
 
@@ -175,6 +175,8 @@ def _summary(m: dict[str, Any]) -> str:
           if c.get("max_ngram_docs") is not None else []),
         f"near duplicates found {m['near_duplicates_found']:>10,}  in {m['clusters']:,} clusters (largest {m['largest_cluster']})",
         f"near duplicates dropped {m['near_duplicates_dropped']:>8,}",
+        *([f"  kept whole           {m['near_duplicates_kept_whole']:>10,}  in clusters of fewer than "
+           f"{m['min_cluster_size']} documents (--min-cluster-size)"] if m.get("min_cluster_size", 2) > 2 else []),
         *([f"  of earlier outputs   {m['near_duplicates_of_indexed']:>10,}  ({m['indexed_documents']:,} indexed "
            f"documents in {len(m['against'])} output(s))"] if m.get("against") else []),
         *([f"skipped (id indexed)  {m['skipped_existing']:>10,}"] if m.get("skipped_existing") else []),

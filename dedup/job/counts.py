@@ -30,6 +30,10 @@ class Report:
     eval_what_if: list[dict[str, Any]] = field(default_factory=list)
     """The documents still hit with each `--max-ngram-docs` cap (`WHAT_IF_NGRAM_DOCS`)."""
     near_duplicates: int = 0
+    near_duplicates_kept_whole: int = 0
+    """Of `near_duplicates`, those kept: in clusters below `--min-cluster-size`."""
+    min_size_what_if: list[dict[str, int]] = field(default_factory=list)
+    """The near duplicates each `--min-cluster-size` of `MIN_SIZE_WHAT_IF` would remove."""
     clusters: int = 0
     largest_cluster: int = 0
     candidate_pairs: int = 0

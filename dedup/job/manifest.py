@@ -83,8 +83,10 @@ MAX_WITHIN_VALUES = 1000
 
 
 def dropped_near(plan: Plan) -> int:
-    """Near duplicates dropped from the output (none when they are only tagged)."""
-    return plan.report.near_duplicates if (plan.options.near and plan.options.drop) else 0
+    """Near duplicates dropped from the output (none when they are only tagged; those of clusters kept
+    whole, below `--min-cluster-size`, stay)."""
+    report = plan.report
+    return report.near_duplicates - report.near_duplicates_kept_whole if (plan.options.near and plan.options.drop) else 0
 
 
 def build_manifest(plan: Plan, job: Job, output_rows: int) -> dict[str, Any]:
@@ -110,6 +112,9 @@ def build_manifest(plan: Plan, job: Job, output_rows: int) -> dict[str, Any]:
         } if plan.protected is not None else None,
         "within": {"column": plan.within, "values": report.within[:MAX_WITHIN_VALUES],
                    "value_count": len(report.within)} if plan.within is not None else None,
+        "min_cluster_size": plan.options.min_cluster_size,
+        "near_duplicates_kept_whole": report.near_duplicates_kept_whole,
+        "min_cluster_size_what_if": report.min_size_what_if or None,
         "clusters": report.clusters, "largest_cluster": report.largest_cluster,
         "candidate_pairs": report.candidate_pairs, "confirmed_pairs": report.confirmed_pairs,
         "same_text_pairs": report.same_text_pairs,

@@ -151,7 +151,8 @@ def start(plan: Plan) -> Job:
         clusters=o.clusters, max_contaminated=o.max_contaminated, lines=o.lines,
         min_copies=o.min_copies, min_line_words=o.min_line_words, max_lines_removed=o.max_lines_removed,
         drop=o.drop, spans=SpanRule(o.span_tokens, plan.params.shingle_unit, o.spans_keep) if o.spans else None,
-        files=True, dry_run=o.dry_run, contaminated=o.contaminated, max_ngram_docs=o.max_ngram_docs)
+        files=True, dry_run=o.dry_run, contaminated=o.contaminated, max_ngram_docs=o.max_ngram_docs,
+        min_cluster_size=o.min_cluster_size)
     return Job(settings, plan.report, kept, plan)
 
 

@@ -160,7 +160,8 @@ class Options:
     `contaminated_by`), "cut" (the leaked passages cut, section 6e); `max_ngram_docs`: a protected
     n-gram found in more documents than this is ignored as common text (None: none is). `within`: a
     column (or a Hive key of the input's directories) whose values scope near dedup: documents whose
-    values differ are never in one cluster (section 6d)."""
+    values differ are never in one cluster (section 6d). `min_cluster_size`: near duplicates are removed
+    only from clusters of at least this many documents; smaller ones are kept whole, tagged."""
 
     protected: Sequence[PathLike] = ()
     near: bool = True
@@ -193,6 +194,7 @@ class Options:
     contaminated: str = "drop"
     max_ngram_docs: int | None = None
     within: str | None = None
+    min_cluster_size: int = 2
 
     def __post_init__(self) -> None:
         if self.components not in COMPONENT_MODES:
@@ -243,6 +245,15 @@ class Options:
         if (self.contaminated != "drop" or k is not None) and not self.protected:
             flag = "--contaminated" if self.contaminated != "drop" else "--max-ngram-docs"
             raise UsageError(f"{flag} says how protected n-grams are handled; give --protected FILE too.")
+        k = self.min_cluster_size
+        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+            raise UsageError(f"--min-cluster-size is the documents a cluster needs for its near duplicates to be "
+                             f"removed: an integer of at least 2. Got {k!r} instead.")
+        if k > 2 and not self.near:
+            raise UsageError("--min-cluster-size says which near duplicates are removed; it needs `run` or `near`.")
+        if k > 2 and self.against:
+            raise UsageError("--min-cluster-size with --against is not supported yet: an earlier output's index holds "
+                             "its kept documents, not the sizes of their clusters. Run each release without it.")
         if self.within is not None:
             if not self.near:
                 raise UsageError("--within scopes near dedup; it needs `run` or `near`.")
@@ -269,8 +280,10 @@ def writes_index(o: Options) -> bool:
     """Whether the run builds `_index/` (a dry run builds its bands and ids, which the run that
     publishes it reuses, but writes no docs files): near dedup asked for one, and no pass changed
     the texts near dedup compared (lines, spans, the contamination cut), which a later `--against`
-    reads back from OUTPUT, and no scope (`--within`) keyed its buckets."""
-    return o.write_index and o.near and not o.lines and not o.spans and o.contaminated != "cut" and o.within is None
+    reads back from OUTPUT, no scope (`--within`) keyed its buckets, and every near duplicate found
+    was removed (`--min-cluster-size` 2)."""
+    return (o.write_index and o.near and not o.lines and not o.spans and o.contaminated != "cut" and o.within is None
+            and o.min_cluster_size == 2)
 
 
 def prepare(input: str, output: str, options: Options | None = None) -> Plan:
@@ -352,6 +365,8 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
         chosen.update(contaminated=o.contaminated, max_ngram_docs=o.max_ngram_docs)
     if o.within is not None:
         chosen.update(within=o.within)
+    if o.min_cluster_size != 2:
+        chosen.update(min_cluster_size=o.min_cluster_size)
     staging = Staging(output, fingerprint(found, params, chosen, prot, parts), restart=o.restart)
     rows = o.partition_rows
     assert rows is not None  # resolved as the options were made

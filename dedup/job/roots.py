@@ -4,7 +4,7 @@ documents' partitions for the write."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -22,6 +22,7 @@ from dedup.job.survivors import scored_against_survivors
 from dedup.partition import keyspace
 from dedup.partition.features import KEEP, ROOT_DOC, SCOPE, scope_duplicates
 from dedup.partition.roots import (
+    MIN_SIZE_WHAT_IF,
     SURVIVOR_ESTIMATE,
     component_counts,
     component_rows_meta,
@@ -45,13 +46,17 @@ class RootCounts:
     summary: pd.DataFrame | None
     of_part: list[int]
     """Near duplicates of each earlier output's documents (`component_counts`), in the layout's order."""
+    whole: int = 0
+    """Near duplicates kept, in clusters below `--min-cluster-size`."""
+    by_size: list[int] = field(default_factory=list)
+    """Near duplicates in clusters of at least each size of `MIN_SIZE_WHAT_IF`."""
 
 
 def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, part_firsts: tuple[int, ...] = (),
           placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
           summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None,
           scored: dd.DataFrame | None = None, exact: bool = False, sizes: bool = False,
-          keep: str | None = None) -> tuple[dd.DataFrame, RootCounts]:
+          keep: str | None = None, min_size: int = 2) -> tuple[dd.DataFrame, RootCounts]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write (lazy:
     `Roots` persists it, as the write uses it in two computations when an input file is split across
     partitions), and the counts.
@@ -69,7 +74,8 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, pa
     that pair's similarities (matched, estimate, jaccard; `closest_matches`, with Jaccard 1
     for identical words when `exact`): the pairs travel with the labels to their component.
     `sizes`: each document's cluster size too (`dedup.partition.roots.SIZE`). `keep` ("max", "min"):
-    the root is the member with the largest (smallest) `--keep-by` value the features carry. Labels
+    the root is the member with the largest (smallest) `--keep-by` value the features carry.
+    `min_size`: clusters below it are kept whole (`WHOLE`, with their sizes). Labels
     from the survivors stage (`dedup.job.survivors`) carry each member's similarities to its
     survivor, which the roots carry on."""
     n = feat.npartitions
@@ -84,23 +90,26 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, pa
                                                           feat._meta[KEEP] if KEEP in feat.columns else None,
                                                           to_survivor, ROOT_DOC in feat.columns),
                                  align_dataframes=False)
-    root_meta = roots_meta(id_meta, scored is not None, sizes, to_survivor)
+    sizes = sizes or min_size > 2
+    root_meta = roots_meta(id_meta, scored is not None, sizes, to_survivor, min_size > 2)
     k = max(1, n_new)
     rows = None if edge_rows is None else (2 + (scored is not None)) * edge_rows  # and a pair row per edge
     row_bytes = ID_ROW_BYTES + (32 if scored is not None else 0)  # the text keys and a pair's columns
     by_label = route_by(labelled, partial(label_part, npartitions=k), k, rows, row_bytes)
-    by_component = by_label.map_partitions(roots_of_components, first_indexed, exact, sizes, keep, meta=root_meta)
+    by_component = by_label.map_partitions(roots_of_components, first_indexed, exact, sizes, keep, min_size,
+                                           meta=root_meta)
     lazy = [by_component.map_partitions(
         component_counts, first_indexed, part_firsts,
         meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64",
-              "of_part": object})]
+              "of_part": object, "whole": "int64", "by_size": object})]
     if summary is not None:
         lazy.append(by_component.map_partitions(summary[0], meta=summary[1]))
     (by_component,), (c, *summarised) = persist_counting([by_component], lazy)  # one round trip
     of_part = np.sum(np.stack(c["of_part"].to_list()), axis=0) if len(c) else np.zeros(len(part_firsts), np.int64)
-    counts = RootCounts(**{k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed")},
+    by_size = np.sum(np.stack(c["by_size"].to_list()), axis=0) if len(c) else np.zeros(len(MIN_SIZE_WHAT_IF), np.int64)
+    counts = RootCounts(**{k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed", "whole")},
                         largest=int(c["largest"].max()), summary=summarised[0] if summarised else None,
-                        of_part=[int(x) for x in of_part])
+                        of_part=[int(x) for x in of_part], by_size=[int(x) for x in by_size])
     own = by_component if first_indexed >= keyspace.NO_INDEX else \
         by_component.map_partitions(own_documents, first_indexed, meta=root_meta)
     row_bytes = 2 * ID_ROW_BYTES + (ID_ROW_BYTES if scored is not None else 0)
@@ -132,7 +141,7 @@ class Roots(Step):
                           placed=placed, edge_rows=job.graph_edges,
                           summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if s.details else None,
                           scored=job.scored if s.details else None, exact=s.params.confirm == "exact",
-                          sizes=s.cluster_size, keep=s.survivor_order)
+                          sizes=s.cluster_size, keep=s.survivor_order, min_size=s.min_cluster_size)
         job.roots = persist(job.kept.through(self.name, "roots", routed))
         if SCOPE in job.feat.columns:  # --within: the near duplicates of each value
             (dups,) = compute(dd.map_partitions(scope_duplicates, job.roots, without_signatures(job.feat)[["_id", SCOPE]],
@@ -141,6 +150,8 @@ class Roots(Step):
             report.within = [{**v, "near_duplicates": int(per.get(np.uint64(int(v["key"])), 0))} for v in report.within]
         report.clusters, report.largest_cluster = r.clusters, r.largest
         report.near_duplicates = r.duplicates
+        report.near_duplicates_kept_whole = r.whole
+        report.min_size_what_if = [{"min_cluster_size": k, "near_duplicates": n} for k, n in zip(MIN_SIZE_WHAT_IF, r.by_size)]
         report.near_duplicates_of_indexed = r.of_indexed
         report.near_duplicates_by_output = r.of_part
         job.summary = r.summary

@@ -59,8 +59,9 @@ class Settings:
     times; `max_lines_removed`: the share of the survivors' characters it may remove before the run
     stops. `contaminated`: what a document sharing a protected n-gram becomes ("drop", "tag", "cut",
     docs/contract.md §6e); `max_ngram_docs`: a protected n-gram found in more documents is ignored
-    (the `rule` result, `dedup.job.common`). `drop`: near duplicates are removed (else tagged and
-    kept). `spans`: exact substring dedup on the survivors, after lines (`dedup.job.spans`), by this
+    (the `rule` result, `dedup.job.common`). `min_cluster_size`: near duplicates are removed only
+    from clusters of at least this many documents. `drop`: near duplicates are removed (else tagged
+    and kept). `spans`: exact substring dedup on the survivors, after lines (`dedup.job.spans`), by this
     rule. `files`: a run on files (`run`): the input is read from them and OUTPUT's files are written
     (the stages `read`, `write` and the page's); `dry_run`: no shard is written."""
 
@@ -94,6 +95,7 @@ class Settings:
     dry_run: bool = False
     contaminated: str = "drop"
     max_ngram_docs: int | None = None
+    min_cluster_size: int = 2
 
 
 @dataclass

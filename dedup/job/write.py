@@ -18,7 +18,7 @@ from dedup.partition import lines as part_lines
 from dedup.partition import spans as part_spans
 from dedup.partition.buckets import band_documents
 from dedup.partition.contamination import cut_column, tag_column
-from dedup.partition.decisions import cluster_sizes, root_keys, row_decisions
+from dedup.partition.decisions import cluster_sizes, root_keys, row_decisions, whole_rows
 from dedup.partition.features import HIT, signatures_of
 from dedup.report import removed
 from dedup.storage import index, index_files, reads
@@ -277,7 +277,8 @@ def write_removed(feat: pd.DataFrame, roots: pd.DataFrame | None, found: pd.Data
     groups, schema = inputs
     feat = part_spans.with_span_drops(part_lines.with_line_drops(feat, changes), span_changes)
     _, cluster = row_decisions(feat, roots, drop=False)
-    table, rows = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column), contaminated)
+    table, rows = removed.removed_rows(feat, cluster, found, protected, cluster_type(schema, id_column), contaminated,
+                                       whole_rows(feat, roots))
     return _write_by_file(table, rows, groups[partition_info["number"]], removed.REMOVED, staging_url)
 
 

@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 
 from dedup.partition.features import CLEAN, ROOT_DOC
 from dedup.partition.keyspace import key_row
+from dedup.partition.roots import WHOLE
 
 
 def row_decisions(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool) -> tuple[NDArray[np.bool_], NDArray[Any]]:
@@ -17,7 +18,7 @@ def row_decisions(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool) ->
 
     roots: (doc, root) of this partition's documents that are in a cluster of two or more
     (root ids are int64 for integer ids, str otherwise). Contaminated rows are never kept; with
-    drop, only roots are.
+    drop, only roots are, and the members of clusters kept whole (`WHOLE`, `--min-cluster-size`).
     """
     own = feat["_id"].to_numpy(dtype=np.int64 if pd.api.types.is_integer_dtype(feat["_id"].dtype) else object)
     cluster = own.copy()
@@ -26,8 +27,16 @@ def row_decisions(feat: pd.DataFrame, roots: pd.DataFrame | None, drop: bool) ->
         cluster[rows] = roots["root"].to_numpy()
     keep = (feat["source"].to_numpy() == CLEAN) & ~feat["skipped"].to_numpy(bool)
     if drop:
-        keep &= cluster == own
+        keep &= (cluster == own) | whole_rows(feat, roots)
     return keep, cluster
+
+
+def whole_rows(feat: pd.DataFrame, roots: pd.DataFrame | None) -> NDArray[np.bool_]:
+    """Per row of a features partition: in a cluster below `--min-cluster-size`, kept whole (`WHOLE`)."""
+    whole = np.zeros(len(feat), bool)
+    if roots is not None and len(roots) and WHOLE in roots.columns:
+        whole[key_row(roots["doc"].to_numpy(np.int64))] = roots[WHOLE].to_numpy(bool)
+    return whole
 
 
 def root_keys(feat: pd.DataFrame, roots: pd.DataFrame | None) -> NDArray[np.int64]:

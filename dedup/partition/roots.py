@@ -175,11 +175,20 @@ def survival_ranks(rows: pd.DataFrame, first_indexed: int = NO_INDEX, keep: str 
     return rank, codes.astype(np.int64), np.asarray(uniques)
 
 
+MIN_SIZE_WHAT_IF = (2, 3, 5, 10, 100)
+"""The page's what-if for `--min-cluster-size`: the near duplicates removed at each of these sizes."""
+
 SIZE = "size"
 """In `roots_of_components` rows with sizes: the input documents of the member's cluster (`cluster_sizes`)."""
 
 
-def roots_meta(id_meta: pd.Series, matches: bool, sizes: bool = False, to_survivor: bool = False) -> pd.DataFrame:
+WHOLE = "whole"
+"""With `--min-cluster-size S` above 2: whether the member's cluster has fewer than S documents, so it is
+kept whole (every member written, tagged), in the `roots_of_components` rows."""
+
+
+def roots_meta(id_meta: pd.Series, matches: bool, sizes: bool = False, to_survivor: bool = False,
+               whole: bool = False) -> pd.DataFrame:
     """`roots_of_components` rows: (doc, root, _id, the root's key `ROOT_DOC`), with sizes `SIZE`, with
     matches (matched, estimate, jaccard), and the similarities to the survivor (`TO_SURVIVOR`) when
     the labels carry them."""
@@ -187,6 +196,8 @@ def roots_meta(id_meta: pd.Series, matches: bool, sizes: bool = False, to_surviv
                          ROOT_DOC: pd.Series(dtype=np.int64)})
     if sizes:
         meta[SIZE] = pd.Series(dtype=np.int64)
+    if whole:
+        meta[WHOLE] = pd.Series(dtype=bool)
     if matches:
         meta = meta.assign(matched=id_meta.iloc[:0], estimate=pd.Series(dtype=np.float32),
                            jaccard=pd.Series(dtype=np.float32))
@@ -196,7 +207,7 @@ def roots_meta(id_meta: pd.Series, matches: bool, sizes: bool = False, to_surviv
 
 
 def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact: bool = False,
-                        sizes: bool = False, keep: str | None = None) -> pd.DataFrame:
+                        sizes: bool = False, keep: str | None = None, min_size: int = 2) -> pd.DataFrame:
     """(doc, root) for every member, where root is the smallest id of its component (all of a
     component's rows are in this partition): numeric order for integer ids, string order otherwise.
     With `keep` ("max" or "min", `--keep-by`), the member with the largest (smallest) `KEEP` value
@@ -207,11 +218,13 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact
     `with_ids` with pairs also give each member its matched document (`closest_matches`) and
     that pair's similarities (Jaccard 1 for identical words when `exact`, else NaN). With `sizes`,
     each member's cluster size too (`SIZE`): this run's documents in it, and its root when that is
-    an earlier output's document.
+    an earlier output's document; with `min_size` above 2 (it needs `sizes`), whether that is below it
+    (`WHOLE`: the cluster is kept whole).
     """
     matches, to_survivor, located = OTHER in rows.columns, SURVIVOR_ESTIMATE in rows.columns, ROOT_DOC in rows.columns
+    whole = min_size > 2
     if rows.empty:
-        return roots_meta(rows["_id"], matches, sizes, to_survivor)
+        return roots_meta(rows["_id"], matches, sizes, to_survivor, whole)
     pairs = None
     if matches:
         other = rows[OTHER].to_numpy(np.int64)
@@ -222,7 +235,7 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact
         if pairs is not None:  # and a pair whose ends ended in different clusters joins nothing
             pairs = _pairs_inside(pairs, rows)
         if rows.empty:
-            return roots_meta(rows["_id"], matches, sizes, to_survivor)
+            return roots_meta(rows["_id"], matches, sizes, to_survivor, whole)
     ids = rows["_id"]
     if not pd.api.types.is_integer_dtype(ids.dtype):
         ids = ids.astype(object)
@@ -241,6 +254,8 @@ def roots_of_components(rows: pd.DataFrame, first_indexed: int = NO_INDEX, exact
     if sizes:  # this run's documents, and an earlier output's root (ranked first: below n)
         own = np.bincount(group, weights=doc < first_indexed, minlength=len(labels)).astype(np.int64)
         out[SIZE] = (own + (best < n))[group]
+        if whole:
+            out[WHOLE] = out[SIZE].to_numpy() < min_size
     to_root = {c: rows[c].to_numpy(np.float32) for c in TO_SURVIVOR} if to_survivor else {}
     if pairs is None:
         return out.assign(**to_root)
@@ -281,11 +296,16 @@ def component_counts(roots: pd.DataFrame, first_indexed: int = NO_INDEX, part_fi
     in a cluster, and those that are not its root), clusters, the largest, and duplicates of indexed
     documents, in all and (`of_part`) by earlier output: `part_firsts`, each one's first document key,
     ascending. A duplicate counts with the output that kept its root (`ROOT_DOC`: for a near
-    duplicate an earlier output indexed, standing for its root, the root's key)."""
+    duplicate an earlier output indexed, standing for its root, the root's key). `whole`: the
+    duplicates kept in clusters below `--min-cluster-size`; `by_size`: the duplicates in clusters of at
+    least each size of `MIN_SIZE_WHAT_IF` (the page's what-if)."""
     sizes = roots.groupby("root").size() if len(roots) else pd.Series(dtype=np.int64)
     doc = roots["doc"].to_numpy(np.int64)
     new = roots[doc < first_indexed]
     dup = new["root"].astype(object).to_numpy() != new["_id"].astype(object).to_numpy()
+    whole = new[WHOLE].to_numpy(bool) if WHOLE in new.columns else np.zeros(len(new), bool)
+    size_of = new["root"].astype(object).map(sizes).to_numpy(np.int64) if len(new) else np.zeros(0, np.int64)
+    by_size = np.asarray([int((dup & (size_of >= k)).sum()) for k in MIN_SIZE_WHAT_IF], np.int64)
     indexed = roots[doc >= first_indexed]
     indexed_roots = set(indexed["root"].astype(object))
     joined = new["root"].astype(object).isin(indexed_roots).to_numpy() if indexed_roots else np.zeros(len(new), bool)
@@ -295,4 +315,4 @@ def component_counts(roots: pd.DataFrame, first_indexed: int = NO_INDEX, part_fi
         np.add.at(of_part, np.searchsorted(np.asarray(part_firsts, np.int64), kept, "right") - 1, 1)
     return pd.DataFrame({"members": [len(new)], "duplicates": [int(dup.sum())], "clusters": [len(sizes)],
                          "largest": [int(sizes.max()) if len(sizes) else 0], "of_indexed": [int(joined.sum())],
-                         "of_part": [of_part]})
+                         "of_part": [of_part], "whole": [int((dup & whole).sum())], "by_size": [by_size]})

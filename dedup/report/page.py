@@ -382,6 +382,8 @@ def render(manifest: dict[str, Any], extras: Extras, eval_records: Any = None) -
             *([("contaminated, kept cut", cont["cut"])] if cont.get("action") == "cut" else []),
             ("near duplicates found", m["near_duplicates_found"]),
             ("near duplicates dropped", m["near_duplicates_dropped"]),
+            *([("near duplicates kept whole, in clusters below --min-cluster-size", m["near_duplicates_kept_whole"])]
+              if m.get("min_cluster_size", 2) > 2 else []),
             *([("skipped, id already indexed", skipped)] if skipped else []),
             *([("left without a word by line dedup, dropped", ln["documents_dropped"]),
                ("contaminated after line dedup, dropped", ln.get("documents_contaminated", 0))] if ln else []),

@@ -67,17 +67,19 @@ def removed_schema(id_type: pa.DataType) -> pa.Schema:
 
 def removed_rows(feat: pd.DataFrame, cluster: NDArray[Any], matches: pd.DataFrame | None,
                  protected: ProtectedNgrams | None, id_type: pa.DataType,
-                 action: str = "drop") -> tuple[pa.Table, NDArray[np.int64]]:
+                 action: str = "drop", whole: NDArray[np.bool_] | None = None) -> tuple[pa.Table, NDArray[np.int64]]:
     """The removed rows of one features partition (all its rows, in order), and their row positions.
 
     cluster: each row's root id (its own id when alone); matches: (doc, matched, estimate, jaccard)
-    of this partition's clustered documents.
+    of this partition's clustered documents; whole: the rows of clusters kept whole.
     """
     ids = feat["_id"].to_numpy(dtype=np.int64 if pd.api.types.is_integer_dtype(feat["_id"].dtype) else object)
     source = feat["source"].to_numpy()
     contaminated = source >= 0
     skipped = feat["skipped"].to_numpy(bool)
     near = (source == CLEAN) & ~skipped & (cluster != ids)
+    if whole is not None:  # a cluster below --min-cluster-size is kept whole: none of it is removed
+        near &= ~whole
     emptied = source == EMPTIED
     emptied_spans = source == EMPTIED_BY_SPANS
     take = np.flatnonzero(contaminated | near | skipped | emptied | emptied_spans)
