@@ -16,18 +16,21 @@ from dedup.corpus import generate
 from dedup.job.pipeline import run
 from dedup.storage.safety import UsageError
 from tests.conftest import chromium, table_cells, write_shards
+from tests.reference import ref_clusters
 
 CRAWLS = ["CC-2023-06", "CC-2024-10", "CC-2025-18", None]
 REMOVED = ["id", "reason", "root", "matched", "estimate", "jaccard", "survivor_similarity"]
 
 
-def _corpus() -> pd.DataFrame:
+def _corpus(originals: int = 260, spread: bool = True) -> pd.DataFrame:
     """§7 documents (families of near copies) spread over three crawls and no crawl at all, so most
-    families have copies in several: a global run joins them, a scoped one must not."""
+    families have copies in several: a global run joins them, a scoped one must not (without
+    `spread`, each family's documents are in one crawl, so clusters of three and four stay whole)."""
     rng = random.Random(4)
-    docs = generate(260, seed=8)
+    docs = generate(originals, seed=8)
+    crawl_of = {d.family: rng.choice(CRAWLS) for d in docs}
     return pd.DataFrame({"id": [d.id for d in docs], "text": [d.text for d in docs],
-                         "crawl": [rng.choice(CRAWLS) for _ in docs],
+                         "crawl": [rng.choice(CRAWLS) if spread else crawl_of[d.family] for d in docs],
                          "fetched": [rng.randrange(10**6) for _ in docs]})
 
 
@@ -109,7 +112,38 @@ def test_within_refuses_what_reads_across_values(tmp_path: Path) -> None:
             run(str(src), str(tmp_path / "out"), within="crawl", **more)
     with pytest.raises(UsageError, match="--within scopes near dedup"):
         run(str(src), str(tmp_path / "out"), within="crawl", near=False, protected=[tmp_path])
+    with pytest.raises(UsageError, match="--min-cluster-size with --against is not supported yet"):
+        run(str(src), str(tmp_path / "out"), min_cluster_size=3, against=[str(tmp_path)])
+    with pytest.raises(UsageError, match="an integer of at least 2"):
+        run(str(src), str(tmp_path / "out"), min_cluster_size=1)
     with pytest.raises(UsageError, match="the input has no column 'lang'"):
         run(str(src), str(tmp_path / "out"), within="lang")
     with pytest.raises(UsageError, match="column 'tags' has type list<element: string>"):
         run(str(src), str(tmp_path / "out"), within="tags")
+
+
+def test_a_minimum_cluster_size_keeps_smaller_clusters_whole_within_each_value(client, tmp_path: Path) -> None:
+    """`--min-cluster-size 3 --within crawl`: each crawl's clusters as the reference finds them on its
+    documents alone; the members of clusters of two kept (tagged with their root), those of larger
+    ones removed; the what-if's counts at 2, 3, 5, 10 and 100 from the same clusters."""
+    frame = _corpus(120, spread=False)
+    root, size = {}, {}
+    for crawl in CRAWLS:
+        part = frame[frame["crawl"].isna()] if crawl is None else frame[frame["crawl"] == crawl]
+        got = ref_clusters(part["id"].tolist(), part["text"].tolist(), mode="connected", threshold=0.8,
+                           confirm="estimate")
+        root.update({i: r for i, (r, _) in got.items()})
+    for r in root.values():
+        size[r] = size.get(r, 0) + 1
+    src = write_shards(frame, tmp_path / "in", 3)
+    m = run(str(src), str(tmp_path / "out"), within="crawl", min_cluster_size=3, cluster_size=True, partition_rows=60)
+    kept = pd.read_parquet(tmp_path / "out").set_index("id")
+    want = {i: (r, size[r]) for i, r in root.items() if r == i or size[r] < 3}
+    assert dict(zip(kept.index, zip(kept["minhash_cluster"], kept["minhash_cluster_size"]))) == want
+    removed = pd.read_parquet(tmp_path / "out" / "_report" / "removed.parquet")
+    assert set(removed["id"]) == set(root) - set(want) and set(removed["reason"]) == {"near_duplicate"}
+    dups = [i for i, r in root.items() if r != i]
+    assert m["min_cluster_size_what_if"] == [{"min_cluster_size": k, "near_duplicates": sum(size[root[i]] >= k for i in dups)}
+                                             for k in (2, 3, 5, 10, 100)]
+    assert m["near_duplicates_kept_whole"] == sum(size[root[i]] < 3 for i in dups) > 0
+    assert m["near_duplicates_dropped"] == len(removed) and m["output_rows"] == len(want) and m["index"] is None
