@@ -5,6 +5,7 @@ choose survivors and confirm pairs; the combinations that would read across valu
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -15,8 +16,8 @@ from dedup.config import Params
 from dedup.corpus import generate
 from dedup.job.pipeline import run
 from dedup.storage.safety import UsageError
-from tests.conftest import chromium, table_cells, write_shards
-from tests.reference import ref_clusters
+from tests.conftest import DEDUP, chromium, kill_after, parquet_digests, run_command, table_cells, write_shards
+from tests.reference import DROPPED, ref_clusters, ref_lines
 
 CRAWLS = ["CC-2023-06", "CC-2024-10", "CC-2025-18", None]
 REMOVED = ["id", "reason", "root", "matched", "estimate", "jaccard", "survivor_similarity"]
@@ -147,3 +148,41 @@ def test_a_minimum_cluster_size_keeps_smaller_clusters_whole_within_each_value(c
                                              for k in (2, 3, 5, 10, 100)]
     assert m["near_duplicates_kept_whole"] == sum(size[root[i]] < 3 for i in dups) > 0
     assert m["near_duplicates_dropped"] == len(removed) and m["output_rows"] == len(want) and m["index"] is None
+
+
+def test_a_scoped_run_killed_after_its_roots_resumes_to_the_same_bytes(dask_processes: Path, tmp_path: Path) -> None:
+    """`dedup near --within crawl --min-cluster-size 3 --cluster-size` on a running cluster, its client
+    killed once the roots stage is done: the same command reuses the stages and writes, byte for byte,
+    what an uninterrupted run writes."""
+    src = write_shards(_corpus(120, spread=False), tmp_path / "in", 3)
+
+    def command(out: Path) -> list[str]:
+        return [*DEDUP, "near", str(src), str(out), "--scheduler-file", str(dask_processes), "--within", "crawl",
+                "--min-cluster-size", "3", "--cluster-size", "--partition-rows", "60"]
+
+    got = run_command(command(tmp_path / "ref"), timeout=240)
+    assert got.returncode == 0, got.stderr
+    kill_after(command(tmp_path / "out"), "roots:")
+    again = run_command(command(tmp_path / "out"), timeout=240)
+    assert again.returncode == 0, again.stderr
+    assert "resuming: reusing features, buckets, confirm, components, survivors, roots from the interrupted run" \
+        in again.stderr
+    assert parquet_digests(tmp_path / "out") == parquet_digests(tmp_path / "ref")
+    assert json.loads((tmp_path / "out" / "_dedup.json").read_text())["within"] == \
+        json.loads((tmp_path / "ref" / "_dedup.json").read_text())["within"]
+
+
+def test_line_dedup_reads_the_clusters_kept_whole(client, tmp_path: Path) -> None:
+    """`--min-cluster-size 3 --lines`: line dedup runs on every document written, the members of the
+    clusters kept whole among them (§6b on the survivors)."""
+    frame = _corpus(60, spread=False)
+    frame["text"] = "Home | Products | About us\n" + frame["text"]
+    src = write_shards(frame, tmp_path / "in", 2)
+    run(str(src), str(tmp_path / "base"), drop=False, cluster_size=True, write_index=False, write_report=False)
+    tagged = pd.read_parquet(tmp_path / "base")
+    kept = tagged[(tagged["minhash_cluster"] == tagged["id"]) | (tagged["minhash_cluster_size"] < 3)]
+    assert (kept["minhash_cluster"] != kept["id"]).any()  # some near duplicates kept, whole clusters
+    run(str(src), str(tmp_path / "out"), min_cluster_size=3, lines=True, max_lines_removed=1.0, write_report=False)
+    got = pd.read_parquet(tmp_path / "out")
+    want = ref_lines(kept["id"].tolist(), kept["text"].tolist())
+    assert dict(zip(got["id"], got["text"])) == {i: t for i, t in want.items() if t is not DROPPED}
