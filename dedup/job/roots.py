@@ -52,11 +52,22 @@ class RootCounts:
     """Near duplicates in clusters of at least each size of `MIN_SIZE_WHAT_IF`."""
 
 
+@dataclass(frozen=True)
+class RootRule:
+    """How each cluster's root is chosen and what its members carry: `exact` (Jaccard 1 for identical
+    words in the matches), `sizes` (each member's cluster size), `keep` ("max", "min": `--keep-by`),
+    `min_size` (`--min-cluster-size`: clusters below it kept whole)."""
+
+    exact: bool = False
+    sizes: bool = False
+    keep: str | None = None
+    min_size: int = 2
+
+
 def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, part_firsts: tuple[int, ...] = (),
           placement: keyspace.Placement = keyspace.OWN, placed: bool = False, edge_rows: int | None = None,
           summary: tuple[Callable[[pd.DataFrame], pd.DataFrame], Any] | None = None,
-          scored: dd.DataFrame | None = None, exact: bool = False, sizes: bool = False,
-          keep: str | None = None, min_size: int = 2) -> tuple[dd.DataFrame, RootCounts]:
+          scored: dd.DataFrame | None = None, rule: RootRule = RootRule()) -> tuple[dd.DataFrame, RootCounts]:
     """(doc, root, _id) for every clustered document, routed to its own partition for the write (lazy:
     `Roots` persists it, as the write uses it in two computations when an input file is split across
     partitions), and the counts.
@@ -72,12 +83,13 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, pa
     (doc, root, _id) by component, computed with the counts (their "summary", concatenated).
     `scored` (`confirm`'s scored pairs): also give each document the one it was matched to, and
     that pair's similarities (matched, estimate, jaccard; `closest_matches`, with Jaccard 1
-    for identical words when `exact`): the pairs travel with the labels to their component.
-    `sizes`: each document's cluster size too (`dedup.partition.roots.SIZE`). `keep` ("max", "min"):
-    the root is the member with the largest (smallest) `--keep-by` value the features carry.
-    `min_size`: clusters below it are kept whole (`WHOLE`, with their sizes). Labels
+    for identical words when `rule.exact`): the pairs travel with the labels to their component.
+    `rule.sizes`: each document's cluster size too (`dedup.partition.roots.SIZE`). `rule.keep` ("max",
+    "min"): the root is the member with the largest (smallest) `--keep-by` value the features carry.
+    `rule.min_size`: clusters below it are kept whole (`WHOLE`, with their sizes). Labels
     from the survivors stage (`dedup.job.survivors`) carry each member's similarities to its
     survivor, which the roots carry on."""
+    exact, keep, min_size = rule.exact, rule.keep, rule.min_size
     n = feat.npartitions
     n_new = n if n_new is None else n_new
     first_indexed = part_firsts[0] if part_firsts else keyspace.NO_INDEX
@@ -90,7 +102,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, pa
                                                           feat._meta[KEEP] if KEEP in feat.columns else None,
                                                           to_survivor, ROOT_DOC in feat.columns),
                                  align_dataframes=False)
-    sizes = sizes or min_size > 2
+    sizes = rule.sizes or min_size > 2
     root_meta = roots_meta(id_meta, scored is not None, sizes, to_survivor, min_size > 2)
     k = max(1, n_new)
     rows = None if edge_rows is None else (2 + (scored is not None)) * edge_rows  # and a pair row per edge
@@ -140,8 +152,9 @@ class Roots(Step):
         routed, r = roots(labels, job.feat_all, job.feat.npartitions, firsts, job.placement,
                           placed=placed, edge_rows=job.graph_edges,
                           summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if s.details else None,
-                          scored=job.scored if s.details else None, exact=s.params.confirm == "exact",
-                          sizes=s.cluster_size, keep=s.survivor_order, min_size=s.min_cluster_size)
+                          scored=job.scored if s.details else None,
+                          rule=RootRule(exact=s.params.confirm == "exact", sizes=s.cluster_size, keep=s.survivor_order,
+                                        min_size=s.min_cluster_size))
         job.roots = persist(job.kept.through(self.name, "roots", routed))
         if SCOPE in job.feat.columns:  # --within: the near duplicates of each value
             (dups,) = compute(dd.map_partitions(scope_duplicates, job.roots, without_signatures(job.feat)[["_id", SCOPE]],
