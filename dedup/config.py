@@ -50,6 +50,9 @@ CUT_MAX_WINDOWS = 10
 """The cut: a document with more matching windows (n-gram occurrences) than this is dropped whole."""
 WHAT_IF_NGRAM_DOCS = (1, 2, 5, 10, 100, 1000)
 """The page's what-if for `--max-ngram-docs`: the documents each of these caps would leave hit."""
+MAX_WITHIN_VALUES = 1000
+"""The `--within` values the manifest lists, those with the most documents (ties: the smallest key);
+it counts them all."""
 MIN_COPIES = 2
 """`--min-copies`: the occurrences in the corpus that make a line's key repeated (line dedup)."""
 MIN_LINE_WORDS = 1

@@ -26,7 +26,10 @@ class Report:
     their counts (the most common first)."""
     common_ngram_count: int = 0
     within: list[dict[str, Any]] = field(default_factory=list)
-    """With `--within`: per value, its documents and near duplicates (the most documents first)."""
+    """With `--within`: per value, its documents and near duplicates, for the `MAX_WITHIN_VALUES` with the
+    most documents (the most first)."""
+    within_count: int = 0
+    """With `--within`: how many values the input holds."""
     eval_what_if: list[dict[str, Any]] = field(default_factory=list)
     """The documents still hit with each `--max-ngram-docs` cap (`WHAT_IF_NGRAM_DOCS`)."""
     near_duplicates: int = 0

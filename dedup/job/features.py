@@ -9,7 +9,7 @@ from typing import Any
 import dask.dataframe as dd
 import pandas as pd
 
-from dedup.config import Params
+from dedup.config import MAX_WITHIN_VALUES, Params
 from dedup.core.decontam import ProtectedNgrams
 from dedup.job.checkpoints import Through, as_is, read_part
 from dedup.job.compute import compute, shared
@@ -116,10 +116,10 @@ class Features(Step):
                                      near=s.near, action=s.contaminated)
         conflicts, k, lazy_ids = id_conflicts(without_signatures(feat), s.npartitions, against=s.against, index_out=s.index_out,
                                               rows=s.rows)
-        scoped = [job.source.map_partitions(scope_tally, meta=SCOPE_TALLY_META)] if SCOPE in job.source.columns else []
+        scoped = within_tally(job.source) if SCOPE in job.source.columns else ()
         fc, ic, sample, *tally = compute(lazy_counts, *lazy_ids, *scoped)
         if tally:
-            report.within = scope_values(tally[0])
+            report.within, report.within_count = scope_values(tally[0]), int(tally[1])
         c = feature_counts(fc)
         if c.null_ids:
             located = io.null_id_rows(s.null_id_files, s.id_column) if s.null_id_files else []
@@ -161,10 +161,19 @@ def contamination_words(report: Report, action: str) -> str:
     return f"{report.contaminated} contaminated"
 
 
-def scope_values(tally: pd.DataFrame) -> list[dict[str, Any]]:
-    """The features' `--within` tallies summed: per value, its key (as a string, for JSON), its documents,
-    and room for its near duplicates (the roots stage's); the most documents first."""
-    by = tally.groupby("scope", sort=True).agg(value=("value", "first"), documents=("documents", "sum")).reset_index()
-    by = by.sort_values(["documents", "scope"], ascending=[False, True], kind="stable")
-    return [{"value": v, "key": str(k), "documents": int(d), "near_duplicates": 0}
-            for k, v, d in zip(by["scope"].tolist(), by["value"].tolist(), by["documents"].tolist())]
+def within_tally(source: dd.DataFrame) -> tuple[dd.DataFrame, Any]:
+    """The `--within` values' documents, summed by Dask's group-by (one row a value, never all of them on
+    the client): the `MAX_WITHIN_VALUES` with the most documents (ties: the smallest key), and how many
+    values there are; lazy."""
+    by = source.map_partitions(scope_tally, meta=SCOPE_TALLY_META).groupby("scope").agg(
+        {"value": "first", "documents": "sum"}).reset_index()
+    ranked = by.assign(fewer=-by["documents"])
+    return ranked.nsmallest(MAX_WITHIN_VALUES, ["fewer", "scope"]), by["documents"].count()
+
+
+def scope_values(top: pd.DataFrame) -> list[dict[str, Any]]:
+    """`within_tally`'s values, the most documents first: each one's value (None for null), its key (as a
+    string, for JSON), its documents, and room for its near duplicates (the roots stage's)."""
+    top = top.sort_values(["documents", "scope"], ascending=[False, True], kind="stable")
+    return [{"value": None if pd.isna(v) else v, "key": str(k), "documents": int(d), "near_duplicates": 0}
+            for k, v, d in zip(top["scope"].tolist(), top["value"].tolist(), top["documents"].tolist())]

@@ -78,10 +78,6 @@ def cap_hint(report: Report, max_share: float) -> str:
             f"found in more documents) would leave {best['documents']:,} documents hit")
 
 
-MAX_WITHIN_VALUES = 1000
-"""The `--within` values the manifest lists (the most documents first)."""
-
-
 def dropped_near(plan: Plan) -> int:
     """Near duplicates dropped from the output (none when they are only tagged; those of clusters kept
     whole, below `--min-cluster-size`, stay)."""
@@ -110,8 +106,8 @@ def build_manifest(plan: Plan, job: Job, output_rows: int) -> dict[str, Any]:
             "common_ngrams_listed": report.common_ngrams, "what_if": report.eval_what_if,
             "eval_records": removed.EVAL_RECORDS if plan.protected is not None and plan.options.write_report else None,
         } if plan.protected is not None else None,
-        "within": {"column": plan.within, "values": report.within[:MAX_WITHIN_VALUES],
-                   "value_count": len(report.within)} if plan.within is not None else None,
+        "within": {"column": plan.within, "values": report.within, "value_count": report.within_count}
+        if plan.within is not None else None,
         "min_cluster_size": plan.options.min_cluster_size,
         "near_duplicates_kept_whole": report.near_duplicates_kept_whole,
         "min_cluster_size_what_if": report.min_size_what_if or None,

@@ -157,9 +157,10 @@ class Roots(Step):
                                         min_size=s.min_cluster_size))
         job.roots = persist(job.kept.through(self.name, "roots", routed))
         if SCOPE in job.feat.columns:  # --within: the near duplicates of each value
-            (dups,) = compute(dd.map_partitions(scope_duplicates, job.roots, without_signatures(job.feat)[["_id", SCOPE]],
-                                                meta={"scope": "uint64", "duplicates": "int64"}, align_dataframes=False))
-            per = dups.groupby("scope")["duplicates"].sum()
+            dups = dd.map_partitions(scope_duplicates, job.roots, without_signatures(job.feat)[["_id", SCOPE]],
+                                     meta={"scope": "uint64", "duplicates": "int64"}, align_dataframes=False)
+            listed = [np.uint64(int(v["key"])) for v in report.within]  # the values the manifest lists
+            (per,) = compute(dups[dups["scope"].isin(listed)].groupby("scope")["duplicates"].sum())
             report.within = [{**v, "near_duplicates": int(per.get(np.uint64(int(v["key"])), 0))} for v in report.within]
         report.clusters, report.largest_cluster = r.clusters, r.largest
         report.near_duplicates = r.duplicates

@@ -54,17 +54,14 @@ def with_cuts(part: pd.DataFrame, feat: pd.DataFrame, rule: ProtectedNgrams, tex
 
 
 def replaced(column: pa.ChunkedArray | pa.Array, rows: NDArray[np.int64], texts: Sequence[str | None]) -> pa.Array:
-    """`column` with `texts` at `rows`, the other values (and the type) as they were."""
-    n = len(column)
-    mask = np.zeros(n, bool)
+    """`column` with `texts` at `rows` (ascending), the other values (and the type) as they were."""
+    mask = np.zeros(len(column), bool)
     mask[rows] = True
-    values: list[str | None] = [None] * n
-    for r, t in zip(rows.tolist(), texts):
-        values[r] = t
     typ = column.type
     wide = pa.large_string() if pa.types.is_string_view(typ) else typ
-    out = pc.if_else(pa.array(mask), pa.array(values, wide), column.cast(wide) if wide != typ else column)
-    out = out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+    values = column.cast(wide) if wide != typ else column
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    out = pc.replace_with_mask(values, pa.array(mask), pa.array(list(texts), wide))
     return out.cast(typ) if wide != typ else out
 
 
@@ -90,10 +87,12 @@ def tag_lists(texts: Sequence[str | None], rule: ProtectedNgrams) -> list[list[s
 def tag_column(n: int, rows: NDArray[np.int64], texts: Sequence[str | None], rule: ProtectedNgrams) -> pa.Array:
     """`contaminated_by` for `n` rows: the records each of `rows` (with `texts`) shares an n-gram
     with, an empty list for every other row."""
-    lists: list[list[str]] = [[] for _ in range(n)]
-    for r, labels in zip(rows.tolist(), tag_lists(texts, rule)):
-        lists[r] = labels
-    return pa.array(lists, pa.list_(pa.string()))
+    lists = tag_lists(texts, rule)
+    counts = np.zeros(n, np.int32)
+    counts[rows] = [len(labels) for labels in lists]
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array([x for labels in lists for x in labels], pa.string()))
 
 
 def gram_documents(part: pd.DataFrame, rule: ProtectedNgrams, text_column: str, chunk: int) -> pd.DataFrame:
