@@ -344,7 +344,7 @@ def test_gathered_index_partitions_hold_each_indexed_key_once(sizes: list[int], 
 
 def _as_older_format(out: Path, older: Path, fmt: int) -> int:
     """`out`'s index rewritten in `older` (a copy of `out`) as index format `fmt` held it, from what
-    the plain-Python reference computes: before format 7, band files of (band, whole key, doc, text
+    the plain-Python reference computes: before format 8, no cluster counts; before format 7, band files of (band, whole key, doc, text
     hashes), each key from the signature of its document; before format 6, a signature in every
     docs-file row (format 6 on, those of the documents whose text OUTPUT holds are left to it); before
     format 3, no text hashes in the band files; before format 4, no stamps (else the rewritten files
@@ -363,7 +363,9 @@ def _as_older_format(out: Path, older: Path, fmt: int) -> int:
     shutil.copytree(out, older)
     index = older / INDEX_DIR
     meta = json.loads((index / INDEX_META).read_text())
-    assert meta["format"] == 7
+    assert meta["format"] == 8
+    shutil.rmtree(index / "sizes")  # cluster counts: format 8 on
+    meta["files"] = {f: v for f, v in meta["files"].items() if not f.startswith(f"{INDEX_DIR}/sizes/")}
     texts = {f.name: pq.read_table(f, columns=["text"]).column(0).to_pylist() for f in older.glob("*.parquet")}
     held, sig_of, tkeys_of = 0, {}, {}
     for docs in sorted((index / "docs").glob("*.parquet")):

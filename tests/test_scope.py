@@ -113,8 +113,6 @@ def test_within_refuses_what_reads_across_values(tmp_path: Path) -> None:
             run(str(src), str(tmp_path / "out"), within="crawl", **more)
     with pytest.raises(UsageError, match="--within scopes near dedup"):
         run(str(src), str(tmp_path / "out"), within="crawl", near=False, protected=[tmp_path])
-    with pytest.raises(UsageError, match="--min-cluster-size with --against is not supported yet"):
-        run(str(src), str(tmp_path / "out"), min_cluster_size=3, against=[str(tmp_path)])
     with pytest.raises(UsageError, match="an integer of at least 2"):
         run(str(src), str(tmp_path / "out"), min_cluster_size=1)
     with pytest.raises(UsageError, match="the input has no column 'lang'"):

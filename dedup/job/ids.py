@@ -47,12 +47,17 @@ def id_conflicts(feat: dd.DataFrame, npartitions: int | None = None, *, against:
     k = max([npartitions or keys.npartitions] + [p.id_parts for p in against])
     with_h = keys.map_partitions(_with_id_hash, meta=keys._meta.assign(_h=pd.Series(dtype=np.uint64)))
     ranged = route_by(with_h, partial(range_part, column="_h", npartitions=k), k, rows, ID_ROW_BYTES, ranges=True)
-    id_type = pa.int64() if pd.api.types.is_integer_dtype(keys._meta["_id"].dtype) else pa.string()
+    id_type = id_arrow_type(keys._meta["_id"])
     meta = CONFLICT_META.assign(_id=keys._meta["_id"])[["doc", "_id", "kind"]]
     found = persist(ranged.map_partitions(index_files.id_conflicts, list(against), k, index_out, id_type, meta=meta))
     lazy = (found.map_partitions(_conflicts_by_kind, meta={"repeated": "int64", "existing": "int64"}),
             found.map_partitions(_conflict_sample, meta=meta))
     return found, k, lazy
+
+
+def id_arrow_type(ids: pd.Series) -> pa.DataType:
+    """The Arrow type of ids in the index's files: int64 for integer ids, else strings."""
+    return pa.int64() if pd.api.types.is_integer_dtype(ids.dtype) else pa.string()
 
 
 def _with_id_hash(d: pd.DataFrame) -> pd.DataFrame:

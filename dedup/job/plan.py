@@ -251,9 +251,6 @@ class Options:
                              f"removed: an integer of at least 2. Got {k!r} instead.")
         if k > 2 and not self.near:
             raise UsageError("--min-cluster-size says which near duplicates are removed; it needs `run` or `near`.")
-        if k > 2 and self.against:
-            raise UsageError("--min-cluster-size with --against is not supported yet: an earlier output's index holds "
-                             "its kept documents, not the sizes of their clusters. Run each release without it.")
         if self.within is not None:
             if not self.near:
                 raise UsageError("--within scopes near dedup; it needs `run` or `near`.")
@@ -342,6 +339,11 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
                              "older dedup) does not record where its near duplicates' roots are, so a new document "
                              "cannot be scored against the document kept in their place. Run that output again with "
                              "this dedup, or use --clusters connected.")
+        if (o.cluster_size or o.min_cluster_size > 2) and (old := [p for p in parts if p.format < index.COUNTS]):
+            warn(report, f"--against {old[0].shown}: its index (format {old[0].format}, an older dedup) holds no "
+                 "cluster counts, so a cluster whose root it kept counts that root as one document, without its near "
+                 "duplicates there; run that output again with this dedup to count them"
+                 + (f" ({len(old) - 1} more such output(s))" if len(old) > 1 else ""))
     prot = None
     if prot_paths:
         from dedup.storage.protected import read_protected

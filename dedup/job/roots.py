@@ -13,9 +13,11 @@ import numpy as np
 import pandas as pd
 
 from dedup.job import page_data
+from dedup.job.cluster_counts import Counting, chain_sizes
 from dedup.job.compute import compute
 from dedup.job.features import without_signatures
 from dedup.job.graphs import persist, persist_counting
+from dedup.job.ids import id_arrow_type
 from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
 from dedup.job.stage import Settings, Step, View
 from dedup.job.survivors import scored_against_survivors
@@ -56,12 +58,14 @@ class RootCounts:
 class RootRule:
     """How each cluster's root is chosen and what its members carry: `exact` (Jaccard 1 for identical
     words in the matches), `sizes` (each member's cluster size), `keep` ("max", "min": `--keep-by`),
-    `min_size` (`--min-cluster-size`: clusters below it kept whole)."""
+    `min_size` (`--min-cluster-size`: clusters below it kept whole); `counts`: sizes counted over the
+    chain of releases, and the index's counts written (`dedup.job.cluster_counts`)."""
 
     exact: bool = False
     sizes: bool = False
     keep: str | None = None
     min_size: int = 2
+    counts: Counting | None = None
 
 
 def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, part_firsts: tuple[int, ...] = (),
@@ -86,7 +90,8 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, pa
     for identical words when `rule.exact`): the pairs travel with the labels to their component.
     `rule.sizes`: each document's cluster size too (`dedup.partition.roots.SIZE`). `rule.keep` ("max",
     "min"): the root is the member with the largest (smallest) `--keep-by` value the features carry.
-    `rule.min_size`: clusters below it are kept whole (`WHOLE`, with their sizes). Labels
+    `rule.min_size`: clusters below it are kept whole (`WHOLE`, with their sizes). `rule.counts`: the
+    sizes count every release of the chain, and the index's counts are written as they are. Labels
     from the survivors stage (`dedup.job.survivors`) carry each member's similarities to its
     survivor, which the roots carry on."""
     exact, keep, min_size = rule.exact, rule.keep, rule.min_size
@@ -102,7 +107,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, pa
                                                           feat._meta[KEEP] if KEEP in feat.columns else None,
                                                           to_survivor, ROOT_DOC in feat.columns),
                                  align_dataframes=False)
-    sizes = rule.sizes or min_size > 2
+    sizes = rule.sizes or min_size > 2 or rule.counts is not None
     root_meta = roots_meta(id_meta, scored is not None, sizes, to_survivor, min_size > 2)
     k = max(1, n_new)
     rows = None if edge_rows is None else (2 + (scored is not None)) * edge_rows  # and a pair row per edge
@@ -110,6 +115,8 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, pa
     by_label = route_by(labelled, partial(label_part, npartitions=k), k, rows, row_bytes)
     by_component = by_label.map_partitions(roots_of_components, first_indexed, exact, sizes, keep, min_size,
                                            meta=root_meta)
+    if rule.counts is not None:
+        by_component = chain_sizes(by_component, first_indexed, rule.counts, min_size)
     lazy = [by_component.map_partitions(
         component_counts, first_indexed, part_firsts,
         meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64",
@@ -149,12 +156,15 @@ class Roots(Step):
         s, report = job.settings, job.report
         firsts = tuple(q << keyspace.ROW_BITS for q in job.layout.starts) if job.layout is not None else ()
         labels, placed = (job.settled, False) if scored_against_survivors(s) else (job.labels, job.placed)
+        counting = None  # sizes over the chain: for the index written, and for the rows of a run against one
+        if s.index_out is not None or (s.against and (s.cluster_size or s.min_cluster_size > 2)):
+            counting = Counting(tuple(s.against), report.id_partitions, s.index_out, id_arrow_type(job.feat._meta["_id"]))
         routed, r = roots(labels, job.feat_all, job.feat.npartitions, firsts, job.placement,
                           placed=placed, edge_rows=job.graph_edges,
                           summary=(page_data.cluster_summary, page_data.CLUSTERS_META) if s.details else None,
                           scored=job.scored if s.details else None,
                           rule=RootRule(exact=s.params.confirm == "exact", sizes=s.cluster_size, keep=s.survivor_order,
-                                        min_size=s.min_cluster_size))
+                                        min_size=s.min_cluster_size, counts=counting))
         job.roots = persist(job.kept.through(self.name, "roots", routed))
         if SCOPE in job.feat.columns:  # --within: the near duplicates of each value
             dups = dd.map_partitions(scope_duplicates, job.roots, without_signatures(job.feat)[["_id", SCOPE]],

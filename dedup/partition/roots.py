@@ -304,7 +304,10 @@ def component_counts(roots: pd.DataFrame, first_indexed: int = NO_INDEX, part_fi
     new = roots[doc < first_indexed]
     dup = new["root"].astype(object).to_numpy() != new["_id"].astype(object).to_numpy()
     whole = new[WHOLE].to_numpy(bool) if WHOLE in new.columns else np.zeros(len(new), bool)
-    size_of = new["root"].astype(object).map(sizes).to_numpy(np.int64) if len(new) else np.zeros(0, np.int64)
+    if SIZE in new.columns:  # counted over the chain of releases, when it was
+        size_of = new[SIZE].to_numpy(np.int64)
+    else:
+        size_of = new["root"].astype(object).map(sizes).to_numpy(np.int64) if len(new) else np.zeros(0, np.int64)
     by_size = np.asarray([int((dup & (size_of >= k)).sum()) for k in MIN_SIZE_WHAT_IF], np.int64)
     indexed = roots[doc >= first_indexed]
     indexed_roots = set(indexed["root"].astype(object))

@@ -18,6 +18,14 @@ An on-disk LSH index, written by the workers while the job runs, read back by `-
                                 is in OUTPUT (null when it was dropped)
     _index/ids/part-M.parquet   (h, id) of every document this run read, kept or not, whose id
                                 hash h (`dedup.core.hashing.id_hashes`) falls in range M, sorted by h
+    _index/sizes/part-M.parquet (h, id, size, added, read_here) of every cluster of two or more documents
+                                in the chain of releases, whose root id's hash falls in range M, sorted
+                                by h then id (format 8): `size`, the documents of every release in the
+                                chain carrying that cluster id, this run's included; `added`, this
+                                run's; `read_here`, whether this run read the root itself. The newest
+                                release's files are the table to rehydrate from: a document whose
+                                `minhash_cluster` no row names is a cluster of one
+                                (`dedup.storage.index_counts`)
 
 `doc` is the run's own document key (partition << 32 | row). The band files are range
 partitioned exactly like the bucket shuffle, so a later run joins each of its bucket partitions
@@ -55,9 +63,9 @@ if TYPE_CHECKING:
 
 INDEX_DIR = "_index"
 INDEX_META = "index.json"
-BANDS, DOCS, IDS = "bands", "docs", "ids"
-FORMAT = 7
-FORMATS_READ = (1, 2, 3, 4, 5, 6, 7)
+BANDS, DOCS, IDS, SIZES = "bands", "docs", "ids", "sizes"
+FORMAT = 8
+FORMATS_READ = (1, 2, 3, 4, 5, 6, 7, 8)
 """Format 1 indexes hold kept documents only (no `root` column); formats 1 and 2 have no text hashes
 in their band files (a later run fetches them from the docs files): both are read as they are."""
 TKEYS_IN_BANDS = 3
@@ -78,6 +86,9 @@ KEY_PREFIXES = 7
 takes every indexed document whose prefix equals one of its own keys', then keeps only the (band, key)
 its signature gives, so what it matches is exactly what whole keys match. Band rows were three
 quarters of the index's bytes (docs/operations.md)."""
+COUNTS = 8
+"""The first format with cluster counts across releases (`SIZES` files): a later run continues each
+cluster's count from them without reading earlier shards."""
 INDEX_PARAMS = ("num_perm", "num_bands", "rows_per_band", "shingle_size", "shingle_unit", "seed")
 """The parameters a signature and its band keys depend on: an index is usable only when they match."""
 KEY_SPACE = 1 << 64
@@ -112,6 +123,10 @@ def band_file(root: str, m: int) -> str:
 
 def ids_file(root: str, m: int) -> str:
     return f"{root}/{IDS}/part-{m:06d}.parquet"
+
+
+def sizes_file(root: str, m: int) -> str:
+    return f"{root}/{SIZES}/part-{m:06d}.parquet"
 
 
 def docs_file(root: str, p: int) -> str:
@@ -150,13 +165,13 @@ class IndexPart:
         return out
 
     def files_for(self, kind: str, m: int, parts: int) -> list[tuple[str, int, int, bool]]:
-        """(file, lo, hi, whole): this index's band (or id) files that hold keys of range m of
+        """(file, lo, hi, whole): this index's band (id, or size) files that hold keys of range m of
         `parts`, with the key bounds, and whether every key of the file is inside them."""
         lo, hi = m * key_step(parts), min((m + 1) * key_step(parts), KEY_SPACE)
         count = self.bucket_parts if kind == BANDS else self.id_parts
         step = key_step(count)
         first, last = lo // step, min((hi - 1) // step, count - 1)
-        name = band_file if kind == BANDS else ids_file
+        name = {BANDS: band_file, IDS: ids_file, SIZES: sizes_file}[kind]
         return [(name(self.url, j), lo, hi, lo <= j * step and min((j + 1) * step, KEY_SPACE) <= hi)
                 for j in range(first, last + 1)]
 

@@ -11,7 +11,17 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from dedup.partition.codec import fixed_binary
-from dedup.storage.index import BANDS, IDS, KEY_PREFIXES, KEY_SPACE, IndexPart, band_file, docs_file, ids_file
+from dedup.storage.index import (
+    BANDS,
+    IDS,
+    KEY_PREFIXES,
+    KEY_SPACE,
+    IndexPart,
+    band_file,
+    docs_file,
+    ids_file,
+    sizes_file,
+)
 from dedup.storage.io import RANDOM_COLUMNS
 
 if TYPE_CHECKING:
@@ -102,8 +112,13 @@ def write_ids(h: NDArray[np.uint64], ids: Any, id_type: pa.DataType, root: str, 
                          ids_file(root, m))
 
 
+def write_sizes(table: pa.Table, root: str, m: int) -> int:
+    """Write one id range's cluster counts (`dedup.storage.index_counts`), sorted by h then id; bytes written."""
+    return _write_sorted(table, ("h", "id"), sizes_file(root, m))
+
+
 def read_range(part: IndexPart, kind: str, m: int, parts: int, column: str) -> pa.Table:
-    """The rows of `part`'s band (or id) files whose `column` is in range m of `parts`."""
+    """The rows of `part`'s band (id, or size) files whose `column` is in range m of `parts`."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
