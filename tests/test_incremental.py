@@ -344,8 +344,8 @@ def test_gathered_index_partitions_hold_each_indexed_key_once(sizes: list[int], 
 
 def _as_older_format(out: Path, older: Path, fmt: int) -> int:
     """`out`'s index rewritten in `older` (a copy of `out`) as index format `fmt` held it, from what
-    the plain-Python reference computes: before format 8, no cluster counts; before format 7, band files of (band, whole key, doc, text
-    hashes), each key from the signature of its document; before format 6, a signature in every
+    the plain-Python reference computes: before format 8, no cluster counts; before format 7, band
+    files of (band, whole key, doc, text hashes), each key from the signature of its document; before format 6, a signature in every
     docs-file row (format 6 on, those of the documents whose text OUTPUT holds are left to it); before
     format 3, no text hashes in the band files; before format 4, no stamps (else the rewritten files
     stamped again). The number of signatures the docs files held (the dropped documents')."""

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from dedup.config import Params
 from dedup.corpus import generate
 from dedup.job.pipeline import run
 from tests.conftest import DEDUP, kill_after, parquet_digests, run_command, write_shards
@@ -29,7 +30,8 @@ def _corpus() -> pd.DataFrame:
     rng = random.Random(11)
     docs = generate(420, seed=5)
     return pd.DataFrame({"id": [d.id for d in docs], "text": [d.text for d in docs],
-                         "release": [rng.choice(RELEASES) for _ in docs]})
+                         "release": [rng.choice(RELEASES) for _ in docs],
+                         "fetched": [rng.randrange(10**6) for _ in docs]})
 
 
 def _carried(out: Path) -> dict[str, str]:
@@ -57,12 +59,14 @@ def _sizes_file(out: Path) -> dict[str, tuple[int, int, bool]]:
 
 def test_counts_over_a_chain_with_a_fork_equal_a_count_of_every_release(client, tmp_path: Path) -> None:
     """Five releases (b1 and b2 made against a, c against both, d against c; b1 and c keep their
-    duplicates, d removes near duplicates only from clusters of 3 or more over the chain): every row's
+    duplicates, b2 keeps the latest fetched in centred clusters confirmed by exact Jaccard, d removes
+    near duplicates only from clusters of 3 or more over the chain): every row's
     `minhash_cluster_size` and every release's `_index/sizes/` equal a count, over the releases of its
     chain, of the documents carrying each cluster id."""
     frame = _corpus()
     carried: dict[str, dict[str, str]] = {}
-    options = {"b1": {"drop": False}, "c": {"drop": False}, "d": {"min_cluster_size": 3}}
+    options = {"b1": {"drop": False}, "c": {"drop": False}, "d": {"min_cluster_size": 3},
+               "b2": {"keep_by": "fetched:max", "clusters": "centred", "params": Params(confirm="exact")}}
     for name in RELEASES:
         src = write_shards(frame[frame["release"] == name].drop(columns="release").reset_index(drop=True),
                            tmp_path / f"in-{name}", 2)

@@ -130,11 +130,13 @@ def _write_index_meta(plan: Plan, report: Any, written: pd.DataFrame) -> str:
     meta = f"{index.INDEX_DIR}/{index.INDEX_META}"  # one a resumed run's write left is written again
     pointed = [s.name for s in plan.shards] + [f for f in staging.files() if f.startswith(f"{index.INDEX_DIR}/")
                                                and f != meta]
+    files = stamps.stamps(staging.fs, staging.tmp, pointed)
+    report.index_bytes += sum(int(v["size"]) for f, v in files.items() if f.startswith(f"{index.INDEX_DIR}/{index.SIZES}/"))
     staging.write_json(meta, index.index_meta(
         plan.params, uid=index.new_uid(), id_type=write.cluster_type(plan.schema, plan.id_column),
         partitions=len(plan.groups), bucket_parts=report.bucket_partitions, id_parts=report.id_partitions,
         documents=report.index_documents, nbytes=report.index_bytes, text_column=plan.options.text_column,
-        sources=plan.against, output=plan.output, files=stamps.stamps(staging.fs, staging.tmp, pointed)))
+        sources=plan.against, output=plan.output, files=files))
     if not report.index_documents:  # bytes of no document: not a size per document
         return f"; index of no kept document ({report.index_near_duplicates} near duplicates), {report.index_bytes} bytes"
     return (f"; index of {report.index_documents} kept documents (and {report.index_near_duplicates} near duplicates "
