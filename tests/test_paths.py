@@ -140,7 +140,8 @@ def test_object_store_output_commits_manifest_last(tmp_path: Path) -> None:
         m = run(str(src), "memory://bucket/out")
         names = sorted(p.removeprefix("/bucket/out/") for p in fs.find("/bucket/out"))
         assert names == ["_dedup.json", "_index/bands/part-000000.parquet", "_index/docs/part-000000.parquet",
-                         "_index/ids/part-000000.parquet", "_index/index.json", "_report/index.html",
+                         "_index/ids/part-000000.parquet", "_index/index.json", "_index/sizes/part-000000.parquet",
+                         "_report/index.html",
                          "_report/removed.parquet/shard-00.parquet", "_report/removed.parquet/shard-01.parquet",
                          "shard-00.parquet", "shard-01.parquet"]
         m2 = run(str(src), "memory://bucket/out", overwrite=True, drop=False)

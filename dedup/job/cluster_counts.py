@@ -15,9 +15,9 @@ import pandas as pd
 import pyarrow as pa
 
 from dedup.job.routing import ID_ROW_BYTES, range_part, route_by
-from dedup.partition.cluster_counts import cluster_rows, with_chain_counts
+from dedup.partition.cluster_counts import CLUSTER_META, cluster_rows, with_chain_counts
 from dedup.storage.index import IndexPart
-from dedup.storage.index_counts import CLUSTER_META, counted_range
+from dedup.storage.index_counts import counted_range
 
 
 @dataclass(frozen=True)
@@ -31,17 +31,20 @@ class Counting:
     id_type: pa.DataType
 
 
-def chain_sizes(by_component: dd.DataFrame, first_indexed: int, counting: Counting, min_size: int = 2) -> dd.DataFrame:
+def chain_sizes(by_component: dd.DataFrame, first_indexed: int, counting: Counting, min_size: int = 2,
+                rows: int | None = None) -> dd.DataFrame:
     """`roots_of_components` rows (lazy, a partition per group of components) whose `SIZE` counts every
-    release of the chain, and the range files of the index written, as the rows are computed."""
+    release of the chain, and the range files of the index written, as the rows are computed. `rows`: an
+    upper bound on the clusters, when known (the graph's edges: a cluster has one at least), so that
+    few take one task (`route_small`), not shuffles."""
     k = max(1, counting.id_parts)
     clusters = by_component.map_partitions(cluster_rows, first_indexed, meta=CLUSTER_META)
-    ranged = route_by(clusters, partial(range_part, column="_h", npartitions=k), k, row_bytes=ID_ROW_BYTES, ranges=True)
+    ranged = route_by(clusters, partial(range_part, column="_h", npartitions=k), k, rows, ID_ROW_BYTES, ranges=True)
     meta = pd.DataFrame({"root": pd.Series(dtype=object), "part": pd.Series(dtype=np.int64),
                          "size": pd.Series(dtype=np.int64)})
     counted = ranged.map_partitions(counted_range, list(counting.against), k, counting.write_root, counting.id_type,
                                     meta=meta)
-    back = route_by(counted, _part_of, by_component.npartitions, row_bytes=ID_ROW_BYTES)
+    back = route_by(counted, _part_of, by_component.npartitions, rows, ID_ROW_BYTES)
     return dd.map_partitions(with_chain_counts, by_component, back, min_size, meta=by_component._meta,
                              align_dataframes=False)
 

@@ -116,7 +116,7 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, pa
     by_component = by_label.map_partitions(roots_of_components, first_indexed, exact, sizes, keep, min_size,
                                            meta=root_meta)
     if rule.counts is not None:
-        by_component = chain_sizes(by_component, first_indexed, rule.counts, min_size)
+        by_component = chain_sizes(by_component, first_indexed, rule.counts, min_size, edge_rows)
     lazy = [by_component.map_partitions(
         component_counts, first_indexed, part_firsts,
         meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64",

@@ -1,5 +1,5 @@
 """The roots stage's counts across releases, per partition: this run's clusters as one row each, and the
-count over the chain put back on their members (`dedup.storage.index_counts`)."""
+count over the chain put back on their members (the counts themselves: `dedup.storage.index_counts`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ import pandas as pd
 
 from dedup.partition.keyspace import NO_INDEX
 from dedup.partition.roots import SIZE, WHOLE
-from dedup.storage.index_counts import CLUSTER_META
+
+CLUSTER_META = pd.DataFrame({"_h": pd.Series(dtype=np.uint64), "root": pd.Series(dtype=object),
+                             "part": pd.Series(dtype=np.int64), "own": pd.Series(dtype=np.int64),
+                             "indexed": pd.Series(dtype=bool)})
+"""This run's clusters, one row each, for the counts (`dedup.storage.index_counts`): the root id's hash and
+id, the partition its members are in, this run's documents in it, and whether its root is an earlier
+release's document."""
 
 
 def cluster_rows(roots: pd.DataFrame, first_indexed: int = NO_INDEX,

@@ -22,12 +22,6 @@ import pyarrow as pa
 from dedup.storage.index import COUNTS, SIZES, IndexPart
 from dedup.storage.index_files import read_range, write_sizes
 
-CLUSTER_META = pd.DataFrame({"_h": pd.Series(dtype=np.uint64), "root": pd.Series(dtype=object),
-                             "part": pd.Series(dtype=np.int64), "own": pd.Series(dtype=np.int64),
-                             "indexed": pd.Series(dtype=bool)})
-"""This run's clusters, one row each, for the counts: the root id's hash and id, the partition its members
-are in, this run's documents in it, and whether its root is an earlier release's document."""
-
 
 def sizes_schema(id_type: pa.DataType) -> pa.Schema:
     return pa.schema([("h", pa.uint64()), ("id", id_type), ("size", pa.int64()), ("added", pa.int64()),
@@ -65,7 +59,8 @@ def chain_counts(parts: Sequence[IndexPart], m: int, k: int, id_type: pa.DataTyp
 
 def counted_range(clusters: pd.DataFrame, parts: Sequence[IndexPart], k: int, write_root: str | None,
                   id_type: pa.DataType, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
-    """In one id-hash range: this run's clusters (`CLUSTER_META`) given their count over the chain, and,
+    """In one id-hash range: this run's clusters
+    (`dedup.partition.cluster_counts.CLUSTER_META`) given their count over the chain, and,
     with `write_root`, the range's sizes file written there (the earlier counts carried on, this run's
     clusters counted). Returns (root, part, size) of the clusters whose root an earlier release read:
     their count so far plus this run's documents (the others' count is this run's documents)."""
