@@ -132,6 +132,17 @@ def test_the_runner_holds_each_stage_to_its_declaration() -> None:
         run_stages(_job(), [_Gives(), _Silent()])
 
 
+@pytest.mark.parametrize("result", sorted({g for step in STAGES for g in step.gives}))
+def test_every_result_reads_back_as_given(result: str) -> None:
+    """A stage reading a result gets what the stage before it gave, whatever its name: none is shadowed
+    by what a view holds of its own (the write's `written` once was, so the page re-read its texts)."""
+    gives, reads = _Gives(), _Reads()
+    gives.gives = (result,)
+    gives.run = lambda job: setattr(job, result, ("given", result)) or ""  # type: ignore[method-assign]
+    reads.reads, reads.read = (result,), result
+    assert run_stages(_job(), [gives, reads]).given["b"] == ("given", result)
+
+
 # each stage alone on a small frame
 
 

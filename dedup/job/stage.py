@@ -184,7 +184,7 @@ class View:
     def __init__(self, job: Job, step: Step) -> None:
         object.__setattr__(self, "_job", job)
         object.__setattr__(self, "_step", step)
-        object.__setattr__(self, "written", set())
+        object.__setattr__(self, "_gave", set())  # not a result's name: `written` is one
 
     def __getattr__(self, name: str) -> Any:
         job, step = self._job, self._step
@@ -201,7 +201,7 @@ class View:
         if name not in step.gives:
             raise ContractError(f"stage {step.name!r} sets {name!r}, which it does not declare in `gives`")
         self._job.given[name] = value
-        self.written.add(name)
+        self._gave.add(name)
 
     @property
     def first_indexed(self) -> int:
@@ -259,7 +259,7 @@ def run_stages(job: Job, stages: Sequence[Step]) -> Job:
         else:
             step.run(view)
         step.after(view)
-        if missing := [g for g in step.gives if g not in view.written]:
+        if missing := [g for g in step.gives if g not in view._gave]:
             raise ContractError(f"stage {step.name!r} did not give {', '.join(missing)}")
         job.givers.update(dict.fromkeys(step.gives, step.name))
     return job
