@@ -11,12 +11,15 @@ process's it started (workers included). Rows: `--threads 2` with the defaults (
 The kernel: `dedup.signatures` over the same texts on one core (CPU seconds, the texts already in memory).
 datasketch: `MinHash.bulk` and `MinHashLSH` 16 x 8, query then insert, as `benchmarks/speed.py` runs it, on
 the first `--ds-docs` documents (its time per document grows with its index: it is measured at that size).
+The runs are interleaved over `--repeats` rounds (each run of each build once a round) and each figure is
+the median of its rounds: this kind of machine drifts by more than the differences between builds.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -76,6 +79,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--ds-docs", type=int, default=200_000, help="documents datasketch runs on (0: skip it)")
     ap.add_argument("--baseline", type=Path, help="an earlier checkout, run beside this one")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds, interleaved; each figure is the median")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dedup-whole-in-"))
     try:
@@ -86,11 +90,17 @@ def main() -> None:
         kernel = kernel_us(src)
         builds = [("this checkout", None)] + ([(f"baseline ({args.baseline.name})", str(args.baseline.resolve()))]
                                               if args.baseline else [])
-        got = {(b, name): dedup_run(src, run_args, path) for b, path in builds for name, run_args in RUNS}
+        rounds: dict[tuple[str, str], list[dict[str, float]]] = {}
+        for _ in range(args.repeats):  # interleaved: a slow minute of the machine falls on every build alike
+            for name, run_args in RUNS:
+                for b, path in builds:
+                    rounds.setdefault((b, name), []).append(dedup_run(src, run_args, path))
+        got = {k: {f: statistics.median(r[f] for r in runs) for f in runs[0]} for k, runs in rounds.items()}
         ds = datasketch_us(ds_src) if ds_src is not None else None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{args.docs:,} documents of the §7 shape in {args.files} files; the signature kernel alone "
+    print(f"{args.docs:,} documents of the §7 shape in {args.files} files, median of {args.repeats} interleaved rounds; "
+          "the signature kernel alone "
           f"{kernel:.1f} CPU µs a document (one core)" + (f"; datasketch {ds:.0f} µs a document, wall, at "
                                                           f"{args.ds_docs:,}" if ds else ""))
     print()
