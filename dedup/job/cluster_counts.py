@@ -32,11 +32,14 @@ class Counting:
 
 
 def chain_sizes(by_component: dd.DataFrame, first_indexed: int, counting: Counting, min_size: int = 2,
-                rows: int | None = None) -> dd.DataFrame:
+                rows: int | None = None) -> tuple[dd.DataFrame, dd.DataFrame]:
     """`roots_of_components` rows (lazy, a partition per group of components) whose `SIZE` counts every
-    release of the chain, and the range files of the index written, as the rows are computed. `rows`: an
-    upper bound on the clusters, when known (the graph's edges: a cluster has one at least), so that
-    few take one task (`route_small`), not shuffles."""
+    release of the chain, and a lazy frame of the counts routed back (a row a cluster an earlier root
+    heads), whose computation writes the index's range files: to compute with the rows. Without earlier
+    releases the rows are `by_component` as it is (every count is this run's), so the counts are a side
+    branch of the same round trip, not a step the roots wait for. `rows`: an upper bound on the
+    clusters, when known (the graph's edges: a cluster has one at least), so that few take one task
+    (`route_small`), not shuffles."""
     k = max(1, counting.id_parts)
     clusters = by_component.map_partitions(cluster_rows, first_indexed, meta=CLUSTER_META)
     ranged = route_by(clusters, partial(range_part, column="_h", npartitions=k), k, rows, ID_ROW_BYTES, ranges=True)
@@ -44,9 +47,11 @@ def chain_sizes(by_component: dd.DataFrame, first_indexed: int, counting: Counti
                          "size": pd.Series(dtype=np.int64)})
     counted = ranged.map_partitions(counted_range, list(counting.against), k, counting.write_root, counting.id_type,
                                     meta=meta)
+    if not counting.against:
+        return by_component, counted
     back = route_by(counted, _part_of, by_component.npartitions, rows, ID_ROW_BYTES)
     return dd.map_partitions(with_chain_counts, by_component, back, min_size, meta=by_component._meta,
-                             align_dataframes=False)
+                             align_dataframes=False), counted
 
 
 def _part_of(frame: pd.DataFrame) -> np.ndarray:

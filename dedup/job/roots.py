@@ -18,7 +18,7 @@ from dedup.job.compute import compute
 from dedup.job.features import without_signatures
 from dedup.job.graphs import persist, persist_counting
 from dedup.job.ids import id_arrow_type
-from dedup.job.routing import ID_ROW_BYTES, label_part, route, route_by
+from dedup.job.routing import ID_ROW_BYTES, ROWS_META, label_part, route, route_by, row_count
 from dedup.job.stage import Settings, Step, View
 from dedup.job.survivors import scored_against_survivors
 from dedup.partition import keyspace
@@ -115,19 +115,22 @@ def roots(labels: dd.DataFrame, feat: dd.DataFrame, n_new: int | None = None, pa
     by_label = route_by(labelled, partial(label_part, npartitions=k), k, rows, row_bytes)
     by_component = by_label.map_partitions(roots_of_components, first_indexed, exact, sizes, keep, min_size,
                                            meta=root_meta)
+    counted = None
     if rule.counts is not None:
-        by_component = chain_sizes(by_component, first_indexed, rule.counts, min_size, edge_rows)
+        by_component, counted = chain_sizes(by_component, first_indexed, rule.counts, min_size, edge_rows)
     lazy = [by_component.map_partitions(
         component_counts, first_indexed, part_firsts,
         meta={"members": "int64", "duplicates": "int64", "clusters": "int64", "largest": "int64", "of_indexed": "int64",
               "of_part": object, "whole": "int64", "by_size": object})]
     if summary is not None:
         lazy.append(by_component.map_partitions(summary[0], meta=summary[1]))
+    if counted is not None:  # the index's counts written in the same round trip
+        lazy.append(counted.map_partitions(row_count, meta=ROWS_META))
     (by_component,), (c, *summarised) = persist_counting([by_component], lazy)  # one round trip
     of_part = np.sum(np.stack(c["of_part"].to_list()), axis=0) if len(c) else np.zeros(len(part_firsts), np.int64)
     by_size = np.sum(np.stack(c["by_size"].to_list()), axis=0) if len(c) else np.zeros(len(MIN_SIZE_WHAT_IF), np.int64)
     counts = RootCounts(**{k: int(c[k].sum()) for k in ("members", "duplicates", "clusters", "of_indexed", "whole")},
-                        largest=int(c["largest"].max()), summary=summarised[0] if summarised else None,
+                        largest=int(c["largest"].max()), summary=summarised[0] if summary is not None else None,
                         of_part=[int(x) for x in of_part], by_size=[int(x) for x in by_size])
     own = by_component if first_indexed >= keyspace.NO_INDEX else \
         by_component.map_partitions(own_documents, first_indexed, meta=root_meta)
