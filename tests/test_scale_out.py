@@ -92,11 +92,12 @@ def test_small_routes_write_what_shuffles_write(client, tmp_path: Path, frame: p
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A small frame goes through one task (`route_small`), a route to key ranges between few
     partitions through plain tasks (`route_direct`), a larger one of known rows through a shuffle
-    to groups of partitions (`route_grouped`), any other through a shuffle; the shards, the
-    index and the removed list are the same bytes every way, on a real cluster. Each route is
+    to groups of partitions (`route_grouped`), any other through a shuffle (as tasks between few
+    partitions, else p2p); the shards, the index and the removed list are the same bytes every way,
+    on a real cluster. Each route is
     computed on its own from the rows the one before gave, so a run taking each of them the second
     way (ranges direct, known rows grouped) and a run shuffling every one cover every way."""
-    from dedup.job import routing
+    from dedup.job import graphs, routing
 
     params = Params(confirm=confirm, max_bucket=4)
     src = write_shards(frame, tmp_path / "in", 7)
@@ -120,7 +121,8 @@ def test_small_routes_write_what_shuffles_write(client, tmp_path: Path, frame: p
     direct_grouped = run_taking("direct-grouped")
     monkeypatch.setattr(routing, "SMALL_ROUTE_BYTES", 0)
     monkeypatch.setattr(routing, "ROUTE_GROUP_BYTES", 1)  # between every partition
-    monkeypatch.setattr(routing, "DIRECT_ROUTE_PIECES", 0)  # every route a shuffle
+    monkeypatch.setattr(routing, "DIRECT_ROUTE_PIECES", 0)  # every route a shuffle,
+    monkeypatch.setattr(graphs, "TASK_SHUFFLE_PIECES", 0)  # by Dask's p2p (the other runs' are tasks)
     shuffled = run_taking("shuffled")
     assert taken["small"] == {"route_small"} and taken["shuffled"] == {"shuffled"}, taken
     assert {"route_direct", "route_grouped"} <= taken["direct-grouped"] and "route_small" not in taken["direct-grouped"]
