@@ -28,7 +28,7 @@ def _corpus() -> pd.DataFrame:
     """§7 documents (families of an original and up to three near copies) dealt at random to the releases,
     so a family's copies land in releases on both sides of the fork."""
     rng = random.Random(11)
-    docs = generate(420, seed=5)
+    docs = generate(300, seed=5)
     return pd.DataFrame({"id": [d.id for d in docs], "text": [d.text for d in docs],
                          "release": [rng.choice(RELEASES) for _ in docs],
                          "fetched": [rng.randrange(10**6) for _ in docs]})
@@ -71,7 +71,7 @@ def test_counts_over_a_chain_with_a_fork_equal_a_count_of_every_release(client, 
         src = write_shards(frame[frame["release"] == name].drop(columns="release").reset_index(drop=True),
                            tmp_path / f"in-{name}", 2)
         out = tmp_path / name
-        run(str(src), str(out), cluster_size=True, partition_rows=30,
+        run(str(src), str(out), cluster_size=True, partition_rows=50,
             against=[str(tmp_path / up) for up in CHAINS[name]], **options.get(name, {}))
         carried[name] = _carried(out)
         count = Counter(c for r in _chain(name) for c in carried[r].values())
