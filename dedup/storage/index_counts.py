@@ -28,6 +28,11 @@ def sizes_schema(id_type: pa.DataType) -> pa.Schema:
                       ("read_here", pa.bool_())])
 
 
+def _no_counts(id_type: pa.DataType) -> pd.DataFrame:
+    """A sizes file's columns, no row."""
+    return sizes_schema(id_type).empty_table().to_pandas()
+
+
 def heads(parts: Sequence[IndexPart]) -> list[IndexPart]:
     """The releases no other one was made against: with one, its counts cover every release before it."""
     named = {uid for p in parts for uid in p.sources}
@@ -36,9 +41,7 @@ def heads(parts: Sequence[IndexPart]) -> list[IndexPart]:
 
 def _read(part: IndexPart, m: int, k: int, id_type: pa.DataType) -> pd.DataFrame:
     table = read_range(part, SIZES, m, k, "h")
-    if table.num_rows == 0:
-        return sizes_schema(id_type).empty_table().to_pandas()
-    return table.to_pandas()
+    return table.to_pandas() if table.num_rows else _no_counts(id_type)
 
 
 def chain_counts(parts: Sequence[IndexPart], m: int, k: int, id_type: pa.DataType) -> pd.DataFrame:
@@ -47,11 +50,11 @@ def chain_counts(parts: Sequence[IndexPart], m: int, k: int, id_type: pa.DataTyp
     one of them read counts that root alone (docs/contract.md §6d)."""
     top = heads(parts)
     if len(top) == 1:
-        rows = _read(top[0], m, k, id_type) if top[0].format >= COUNTS else sizes_schema(id_type).empty_table().to_pandas()
+        rows = _read(top[0], m, k, id_type) if top[0].format >= COUNTS else _no_counts(id_type)
         return rows[["h", "id", "size"]]
     # several newest releases may each have added to one cluster of a release they share: sum what each added
-    rows = pd.concat([_read(p, m, k, id_type) for p in parts if p.format >= COUNTS] or
-                     [sizes_schema(id_type).empty_table().to_pandas()], ignore_index=True)
+    rows = pd.concat([_read(p, m, k, id_type) for p in parts if p.format >= COUNTS] or [_no_counts(id_type)],
+                     ignore_index=True)
     got = rows.groupby(["h", "id"], sort=False).agg(added=("added", "sum"), read_here=("read_here", "any"))
     got["size"] = got["added"] + ~got["read_here"].to_numpy(bool)
     return got.reset_index()[["h", "id", "size"]]
@@ -66,7 +69,7 @@ def counted_range(clusters: pd.DataFrame, parts: Sequence[IndexPart], k: int, wr
     their count so far plus this run's documents (the others' count is this run's documents)."""
     assert partition_info is not None
     m = partition_info["number"]
-    old = chain_counts(parts, m, k, id_type) if parts else sizes_schema(id_type).empty_table().to_pandas()[["h", "id", "size"]]
+    old = chain_counts(parts, m, k, id_type) if parts else _no_counts(id_type)[["h", "id", "size"]]
     ids = clusters["root"].astype(object).to_numpy()
     indexed = clusters["indexed"].to_numpy(bool)
     own = clusters["own"].to_numpy(np.int64)
