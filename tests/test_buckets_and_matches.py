@@ -57,6 +57,41 @@ def test_bucket_edges_are_the_edges_of_each_bucket_alone(rows: list[tuple[int, i
     assert all(len(bucket_edges(g, max_bucket)) == 0 for _, g in long.groupby(["band", "key"]) if len(g) == 1)
 
 
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-3, 3), st.integers(0, 1)), max_size=120),
+       st.sampled_from([np.uint64, np.int64, np.uint8]))
+def test_lex_order_is_a_lexsort_of_unique_rows(rows: list[tuple[int, int, int]], first_type: type) -> None:
+    """`lex_order` gives numpy's lexsort for rows made unique by their last column, with runs of equal
+    first values short (an insertion sort) and long (above `SHORT_RUN`: a lexsort), signed columns and
+    booleans; and the order of the rows, not where they were, whatever order they arrived in."""
+    from dedup.core.order import SHORT_RUN, lex_order
+
+    rows = rows + [(0, 1, 0)] * (SHORT_RUN + 1 if len(rows) % 2 else 0)  # a run longer than SHORT_RUN
+    first = np.array([r[0] for r in rows], dtype=first_type)
+    signed = np.array([r[1] for r in rows], dtype=np.int64)
+    flag = np.array([r[2] for r in rows], dtype=bool)
+    last = np.random.default_rng(len(rows)).permutation(len(rows)).astype(np.int64) - len(rows) // 2
+    columns = [first, signed, flag, last]
+    assert lex_order(columns).tolist() == np.lexsort(columns[::-1]).tolist()
+    perm = np.random.default_rng(7).permutation(len(rows))
+    assert last[lex_order(columns)].tolist() == last[perm][lex_order([c[perm] for c in columns])].tolist()
+
+
+def test_bucket_edges_are_the_same_rows_whatever_order_rows_arrive_in() -> None:
+    """Buckets with repeated texts, text hashes that tie on their first half, and buckets too large for
+    all pairs give the same edges, row for row, from rows in any order: the rows are put in one order
+    (band, key, tkey, tkey2, doc) before any edge is made."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    long = pd.DataFrame({"band": rng.integers(0, 3, n).astype(np.uint8), "key": rng.integers(0, 300, n).astype(np.uint64),
+                         "doc": rng.permutation(n).astype(np.int64), "tkey": rng.integers(1, 40, n).astype(np.uint64)})
+    long["tkey2"] = (long["tkey"] % np.uint64(3)).astype(np.uint64)
+    got = bucket_edges(long, max_bucket=6)
+    ordered = long.sort_values(["band", "key", "tkey", "tkey2", "doc"]).reset_index(drop=True)
+    for shuffled in (ordered, ordered.iloc[::-1].reset_index(drop=True)):
+        pd.testing.assert_frame_equal(got, bucket_edges(shuffled, max_bucket=6))
+    assert (got["kind"] == KIND_APPROX).any() and (got["kind"] == KIND_SAME_TEXT).any()
+
+
 def test_doc_keys_are_partition_and_row() -> None:
     keys = keyspace.doc_keys(3, 4)
     assert keyspace.key_partition(keys).tolist() == [3] * 4 and keyspace.key_row(keys).tolist() == [0, 1, 2, 3]

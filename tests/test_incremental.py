@@ -432,7 +432,7 @@ def test_index_files_sort_like_a_lexsort_of_every_row(rows: list[tuple[int, int]
     """Index files are sorted by their columns in order (band files by key prefix, then doc; ties
     re-sorted only where the first column repeats): the same order as numpy's lexsort, so their
     bytes never depend on the order rows arrived in."""
-    from dedup.storage.index_files import _sort_order
+    from dedup.core.order import lex_order as _sort_order
 
     key = np.array([r[0] for r in rows], dtype=np.uint64)
     band = np.array([r[1] for r in rows], dtype=np.uint8)

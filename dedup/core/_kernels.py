@@ -443,3 +443,41 @@ def removed_by_unions(left, right, use, indexed, n_nodes):  # pragma: no cover -
         flag[a] = flag[a] or flag[b]
     return removed
 
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _tie_less(ties, x, y):  # pragma: no cover - compiled
+    """Whether row x comes before row y by the columns of `ties` (one a row of the array), in turn."""
+    for r in range(ties.shape[0]):
+        if ties[r, x] != ties[r, y]:
+            return ties[r, x] < ties[r, y]
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
+def sort_runs(order, first, ties, limit):  # pragma: no cover - compiled
+    """`order` (rows sorted by `first`) with each run of equal `first` values of at most `limit` rows
+    sorted by the columns of `ties`, in place (an insertion sort: the runs are short). Returns the
+    (start, stop) positions of the longer runs, left as they were, flattened."""
+    n = order.shape[0]
+    longer = np.empty(2 * (n // (limit + 1) + 1), np.int64)
+    m = 0
+    i = 0
+    while i < n:
+        v = first[order[i]]
+        j = i + 1
+        while j < n and first[order[j]] == v:
+            j += 1
+        if j - i > limit:
+            longer[m], longer[m + 1] = i, j
+            m += 2
+        elif j - i > 1:
+            for a in range(i + 1, j):
+                x = order[a]
+                b = a - 1
+                while b >= i and _tie_less(ties, x, order[b]):
+                    order[b + 1] = order[b]
+                    b -= 1
+                order[b + 1] = x
+        i = j
+    return longer[:m]

@@ -19,6 +19,7 @@ from dedup.job.routing import route_by
 from dedup.job.stage import Settings, Step, View
 from dedup.partition import ccstar, keyspace
 from dedup.partition.roots import MEMBER_META
+from dedup.storage.shards import open_output
 
 MAX_STAR_ROUNDS = 200
 
@@ -86,7 +87,7 @@ def _spill_labels(pieces: Sequence[pd.DataFrame], spill_dir: str) -> list[tuple[
     schema = pa.schema([("doc", pa.int64()), ("label", pa.int64())])
     for f, members in enumerate(files):
         name = f"labels-{f:06d}.parquet"
-        with fs.open(f"{root}/{name}", "wb") as fh, pq.ParquetWriter(fh, schema) as writer:
+        with open_output(fs, f"{root}/{name}") as fh, pq.ParquetWriter(fh, schema) as writer:
             for group, i in enumerate(members):
                 writer.write_table(pa.Table.from_pandas(pieces[i], schema=schema, preserve_index=False),
                                    row_group_size=len(pieces[i]))

@@ -9,6 +9,7 @@ from numpy.typing import NDArray
 
 from dedup.config import Params
 from dedup.core.lsh import NO_KEY, band_keys
+from dedup.core.order import lex_order
 from dedup.partition.features import SCOPE, signatures_of
 from dedup.partition.keyspace import NO_INDEX
 
@@ -119,13 +120,12 @@ def bucket_edges(long: pd.DataFrame, max_bucket: int, first_indexed: int = NO_IN
     shared = pd.Series(long["key"].to_numpy()).duplicated(keep=False).to_numpy()
     if not shared.any():
         return EDGE_META.copy()
-    df = long[shared].sort_values(["band", "key", "tkey", "tkey2", "doc"], kind="stable")
-    band = df["band"].to_numpy()
-    key = df["key"].to_numpy()
-    tk = df["tkey"].to_numpy()
-    tk2 = df["tkey2"].to_numpy()
-    doc = df["doc"].to_numpy(dtype=np.int64)
-    new_bucket = np.ones(len(df), dtype=bool)
+    band, key, tk, tk2, doc = (long[c].to_numpy()[shared] for c in ("band", "key", "tkey", "tkey2", "doc"))
+    # sorted by (band, key, tkey, tkey2, doc): by key then the rest, then by band (a stable radix sort)
+    order = lex_order([key, band, tk, tk2, doc])
+    order = order[np.argsort(band[order], kind="stable")]
+    band, key, tk, tk2, doc = band[order], key[order], tk[order], tk2[order], doc[order].astype(np.int64, copy=False)
+    new_bucket = np.ones(len(doc), dtype=bool)
     new_bucket[1:] = (band[1:] != band[:-1]) | (key[1:] != key[:-1])
     new_text = new_bucket.copy()
     new_text[1:] |= (tk[1:] != tk[:-1]) | (tk2[1:] != tk2[:-1])

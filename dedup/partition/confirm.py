@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 
 from dedup.config import Params
 from dedup.core import _kernels
+from dedup.core.order import lex_order
 from dedup.core.text import encode_batch, texts_of
 from dedup.partition.buckets import KIND_SAME_TEXT, same_text_edges
 from dedup.partition.codec import payload_sigs, sig_payload
@@ -35,8 +36,8 @@ def confirm_routes(edges: pd.DataFrame) -> pd.DataFrame:
 
 
 def _distinct_routes(lo: NDArray[np.int64], hi: NDArray[np.int64], same: NDArray[np.bool_]) -> pd.DataFrame:
-    """Distinct (left, right, same) rows, sorted (by a lexsort, much faster than np.unique(axis=0))."""
-    order = np.lexsort((same, hi, lo))
+    """Distinct (left, right, same) rows, sorted (`lex_order`, much faster than np.unique(axis=0))."""
+    order = lex_order([lo, hi, same])
     lo, hi, same = lo[order], hi[order], same[order]
     keep = np.ones(len(lo), dtype=bool)
     keep[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1]) | (same[1:] != same[:-1])

@@ -17,6 +17,7 @@ import pandas as pd
 from dedup.config import Params
 from dedup.core.decontam import ProtectedNgrams
 from dedup.core.hashing import id_hashes
+from dedup.core.order import lex_order
 from dedup.core.text import TEXT_DTYPE, encode_batch
 from dedup.partition.buckets import long_form
 from dedup.partition.confirm import blob_jaccard, shingle_sets
@@ -34,6 +35,7 @@ def warm_kernels() -> None:
     texts = pd.Series([_TEXT, "naïve café " + _TEXT], dtype=TEXT_DTYPE)  # an ASCII text and one that is not
     feat = document_features(pd.DataFrame({"id": ["a", "b"], "text": texts}), "id", "text", Params(), None)
     long_form(feat, Params())  # the band keys
+    lex_order([np.zeros(2, np.uint64), np.arange(2)])  # row orders (buckets, pairs, index files)
     shingle_sets(list(texts), 5, "char")
     values, offsets = shingle_sets(list(texts), 5, "word")
     first = np.zeros(1, dtype=np.int64)  # the first text's set against itself

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from dedup.core.order import lex_order
 from dedup.partition.codec import fixed_binary
 from dedup.storage.index import (
     BANDS,
@@ -23,6 +24,7 @@ from dedup.storage.index import (
     sizes_file,
 )
 from dedup.storage.io import RANDOM_COLUMNS
+from dedup.storage.shards import open_output
 
 if TYPE_CHECKING:
     pass
@@ -46,27 +48,6 @@ BAND_ENCODINGS = {"key": "DELTA_BINARY_PACKED", "doc": "BYTE_STREAM_SPLIT"}
 zstd then shrinks far better (their upper bytes are mostly zero): about 2.4 bytes a row, not 3.0."""
 
 
-def _sort_order(columns: list[NDArray[Any]]) -> NDArray[np.intp]:
-    """The row order sorting by columns[0], then the others: one argsort of the first, and a lexsort
-    of only the rows whose first value repeats (with few repeats, much cheaper than a lexsort of
-    every row). The columns make rows unique, so the order is fully decided and the first argsort
-    need not be stable: numpy's default, a vectorised quicksort, is the fastest."""
-    order = np.argsort(columns[0])
-    if len(columns) == 1 or len(order) < 2:
-        return order
-    first = columns[0][order]
-    same = first[1:] == first[:-1]
-    if not same.any():
-        return order
-    tied = np.zeros(len(order), dtype=bool)
-    tied[1:] |= same
-    tied[:-1] |= same
-    at = np.flatnonzero(tied)  # runs of equal first values, in order: sorting them keeps the runs in place
-    rows = order[at]
-    order[at] = rows[np.lexsort([c[rows] for c in reversed(columns)])]
-    return order
-
-
 def _write_sorted(table: pa.Table, keys: tuple[str, ...], path_url: str, row_group: int = 64 * 1024,
                   encodings: dict[str, str] | None = None) -> int:
     """Write `table` sorted by `keys` (the first one primary); they must make rows unique, so the file's
@@ -74,14 +55,14 @@ def _write_sorted(table: pa.Table, keys: tuple[str, ...], path_url: str, row_gro
     import fsspec
     import pyarrow.parquet as pq
 
-    order = _sort_order([table.column(k).to_numpy() for k in keys])
+    order = lex_order([table.column(k).to_numpy() for k in keys])
     from dedup.storage.staging import check_live
 
     fs, path = fsspec.core.url_to_fs(path_url)
     check_live(fs, path)
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     names = table.column_names
-    with fs.open(path, "wb") as fh:
+    with open_output(fs, path) as fh:
         pq.write_table(table.take(pa.array(order)), fh, row_group_size=row_group,
                        use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names] or False,
                        compression={c: "none" if c in RANDOM_COLUMNS else "zstd" for c in names},

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -70,7 +71,7 @@ def write_atomic(path: str, write: Callable[[Any], None]) -> None:
         return
     tmp = f"{p}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        with open(tmp, "wb") as fh:
+        with pa.OSFile(tmp, "wb") as fh:  # Arrow's own file: see `dedup.storage.shards.open_output`
             write(fh)
         os.replace(tmp, p)
     except BaseException:
