@@ -194,3 +194,14 @@ def test_signatures_in_chunks_equal_one_batch() -> None:
     few = ["ab cd ef gh ij kl", "été à la plage ce soir là-bas", None]
     assert [list(s) for s in arrow_signatures(pa.array(few), num_perm=8, shingle_size=2)] == \
         [ref_signature(t or "", 2, 8) for t in few]
+
+
+@given(st.text(alphabet=st.sampled_from("ab 1.\u00e9\u4e2d\u6587\u0e01\u3042"), max_size=30))
+def test_unspaced_is_most_letters_of_unspaced_scripts(text: str) -> None:
+    """`unspaced` (the planning's sample check) is its definition: more than half of the letters in the
+    scripts written without spaces; an ASCII text, which it answers without counting, never is."""
+    from dedup.core.text import UNSPACED, unspaced
+
+    letters = sum(ch.isalpha() for ch in text)
+    assert unspaced(text) == (letters > 0 and len(UNSPACED.findall(text)) > letters / 2)
+    assert not unspaced(text.encode("ascii", "ignore").decode())

@@ -455,18 +455,18 @@ def _tie_less(ties, x, y):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def sort_runs(order, first, ties, limit):  # pragma: no cover - compiled
-    """`order` (rows sorted by `first`) with each run of equal `first` values of at most `limit` rows
-    sorted by the columns of `ties`, in place (an insertion sort: the runs are short). Returns the
-    (start, stop) positions of the longer runs, left as they were, flattened."""
+def sort_runs(order, ranked, ties, limit):  # pragma: no cover - compiled
+    """`order` (rows sorted by a first column; `ranked`: that column's values in that order) with each
+    run of equal first values of at most `limit` rows sorted by the columns of `ties`, in place (an
+    insertion sort: the runs are short). Returns the (start, stop) positions of the longer runs, left
+    as they were, flattened."""
     n = order.shape[0]
     longer = np.empty(2 * (n // (limit + 1) + 1), np.int64)
     m = 0
     i = 0
     while i < n:
-        v = first[order[i]]
         j = i + 1
-        while j < n and first[order[j]] == v:
+        while j < n and ranked[j] == ranked[i]:
             j += 1
         if j - i > limit:
             longer[m], longer[m + 1] = i, j

@@ -37,7 +37,7 @@ def lex_order(columns: Sequence[NDArray]) -> NDArray[np.intp]:
         from dedup.core import _kernels
 
         ties = np.stack([ordered_u64(c) for c in columns[1:]])
-        longer = _kernels.sort_runs(order, ordered_u64(first), ties, SHORT_RUN)
+        longer = _kernels.sort_runs(order, ordered_u64(first[order]), ties, SHORT_RUN)
         for i, j in longer.reshape(-1, 2):
             order[i:j] = _lexsorted(order[i:j], columns[1:])
         return order

@@ -80,9 +80,11 @@ Japanese kana, and CJK ideographs (Chinese, Japanese kanji)."""
 
 def unspaced(text: str | None) -> bool:
     """Whether most of a text's letters are of scripts written without spaces (`UNSPACED`): word
-    shingles would see its long runs of letters as single words."""
-    letters = sum(map(str.isalpha, text or ""))
-    return letters > 0 and len(UNSPACED.findall(text or "")) > letters / 2
+    shingles would see its long runs of letters as single words. An ASCII text has none of them."""
+    if not text or text.isascii():
+        return False
+    letters = sum(map(str.isalpha, text))
+    return letters > 0 and len(UNSPACED.findall(text)) > letters / 2
 
 
 def check_unit(unit: str) -> None:
