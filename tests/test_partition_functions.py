@@ -43,6 +43,13 @@ def test_both_signature_codecs_give_back_what_they_were_given(rows: list[list[in
     assert np.array_equal(codec.payload_sigs(codec.sig_payload(sigs), 4), sigs)
     assert np.array_equal(codec.from_fixed_binary(codec.fixed_binary(sigs), 4), sigs)
     assert np.array_equal(codec.from_fixed_binary(pa.chunked_array([codec.fixed_binary(sigs)]), 4), sigs)
+    # some rows of a column (the write's dropped documents, a pair's right ends), repeats and all
+    rows = np.arange(len(sigs), dtype=np.int64)[::-2].repeat(2)
+    assert np.array_equal(codec.payload_sigs(codec.sig_payload(sigs), 4, rows), sigs[rows])
+    # a column whose other rows carry no signature (`present`): its present rows read back
+    present = np.arange(len(sigs)) % 3 == 0
+    column = codec.sig_payload(sigs, present)
+    assert np.array_equal(codec.payload_sigs(column, 4, np.flatnonzero(present)), sigs[present])
 
 
 @given(st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=12), min_size=1, max_size=12))

@@ -24,13 +24,15 @@ KIND_APPROX = 2
 hash, so the choice depends on texts only) to each other member; left is the centre."""
 
 
-def _local_reps(feat: pd.DataFrame) -> tuple[pd.DataFrame, NDArray[np.int64]]:
-    """Active documents and, per document, the key of its representative: the document with the
-    smallest id among those with the same words in this partition. If any of them survives, its
-    representative does, so the band rows (and an index) always hold the survivor."""
-    active = feat[feat["tkey"] != 0]
-    rep = active["doc"].to_numpy(dtype=np.int64).copy()
+def _local_reps(feat: pd.DataFrame) -> tuple[pd.DataFrame, NDArray[np.int64], NDArray[np.intp]]:
+    """Active documents (their text keys, key and id), per document the key of its representative (the
+    document with the smallest id among those with the same words in this partition) and their rows
+    in `feat`. If any of them survives, its representative does, so the band rows (and an index)
+    always hold the survivor. Only the columns read are taken, not the signatures."""
     text = [*([SCOPE] if SCOPE in feat.columns else []), "tkey", "tkey2"]  # with --within, a text of each value
+    at = np.flatnonzero(feat["tkey"].to_numpy() != 0)
+    active = feat[[*text, "doc", "_id"]].iloc[at]
+    rep = active["doc"].to_numpy(dtype=np.int64).copy()
     shared = active.duplicated(text, keep=False).to_numpy()
     if shared.any():
         grp = active[shared]
@@ -38,18 +40,18 @@ def _local_reps(feat: pd.DataFrame) -> tuple[pd.DataFrame, NDArray[np.int64]]:
         order = grp.assign(_k=ids.to_numpy()).sort_values([*text, "_k"], kind="stable")
         first = order.groupby(text, sort=False)["doc"].transform("first")
         rep[shared] = first.reindex(grp.index).to_numpy(dtype=np.int64)
-    return active, rep
+    return active, rep, at
 
 
 def band_documents(feat: pd.DataFrame) -> NDArray[np.int64]:
     """Keys of the partition's documents that get band rows (`long_form`): active representatives."""
-    active, rep = _local_reps(feat)
+    active, rep, _ = _local_reps(feat)
     return active["doc"].to_numpy(np.int64)[active["doc"].to_numpy(np.int64) == rep]
 
 
 def same_text_edges(feat: pd.DataFrame) -> pd.DataFrame:
     """Edges (representative -> doc) between documents with the same words inside one partition."""
-    active, rep = _local_reps(feat)
+    active, rep, _ = _local_reps(feat)
     doc = active["doc"].to_numpy(dtype=np.int64)
     keep = doc != rep
     return pd.DataFrame({"left": rep[keep], "right": doc[keep]})
@@ -66,21 +68,21 @@ def long_form(feat: pd.DataFrame, params: Params) -> pd.DataFrame:
     Identical texts are collapsed to one representative before the shuffle (their edges come
     from `same_text_edges`), so boilerplate repeated in a partition ships one row per band.
     """
-    active, rep = _local_reps(feat)
-    reps = active[active["doc"].to_numpy() == rep]
-    sigs = signatures_of(reps, params.num_perm)
+    active, rep, at = _local_reps(feat)
+    is_rep = active["doc"].to_numpy() == rep
+    reps = active[is_rep]
+    sigs = signatures_of(feat, params.num_perm, at[is_rep])
     keys = band_keys(sigs, num_bands=params.num_bands, rows_per_band=params.rows_per_band)
     if SCOPE in reps.columns:  # --within: a bucket of each value's documents, never two values'
         keys = within_keys(keys, reps[SCOPE].to_numpy(np.uint64))
     n, nb = keys.shape
-    out = pd.DataFrame({
-        "band": np.tile(np.arange(nb, dtype=np.uint8), n),
-        "key": keys.ravel(),
-        "doc": np.repeat(reps["doc"].to_numpy(dtype=np.int64), nb),
-        "tkey": np.repeat(reps["tkey"].to_numpy(dtype=np.uint64), nb),
-        "tkey2": np.repeat(reps["tkey2"].to_numpy(dtype=np.uint64), nb),
-    })
-    return out[out["key"] != NO_KEY].reset_index(drop=True)
+    key, row, band = keys.ravel(), np.repeat(np.arange(n), nb), np.tile(np.arange(nb, dtype=np.uint8), n)
+    has = key != NO_KEY  # a band without a key makes no row: left out before the frame is built
+    if not has.all():
+        key, row, band = key[has], row[has], band[has]
+    return pd.DataFrame({"band": band, "key": key, "doc": reps["doc"].to_numpy(dtype=np.int64)[row],
+                         "tkey": reps["tkey"].to_numpy(dtype=np.uint64)[row],
+                         "tkey2": reps["tkey2"].to_numpy(dtype=np.uint64)[row]})
 
 def within_keys(keys: NDArray[np.uint64], scope: NDArray[np.uint64]) -> NDArray[np.uint64]:
     """Band keys (documents x bands) made the keys of each document's `--within` value: the scope key

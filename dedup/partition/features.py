@@ -65,8 +65,7 @@ handles one column, not a hundred and thirty."""
 
 def signatures_of(feat: pd.DataFrame, num_perm: int, rows: NDArray[np.int64] | None = None) -> NDArray[np.uint32]:
     """The signatures of a features frame (of `rows` only, when given), uint32 [n, num_perm]."""
-    column = feat[SIG] if rows is None else feat[SIG].iloc[rows]
-    return payload_sigs(column, num_perm)
+    return payload_sigs(feat[SIG], num_perm, None if rows is None else np.asarray(rows, dtype=np.int64))
 
 
 ROOT_DOC = "root_doc"
