@@ -19,7 +19,7 @@ from dedup.job.routing import route_by
 from dedup.job.stage import Settings, Step, View
 from dedup.partition import ccstar, keyspace
 from dedup.partition.roots import MEMBER_META
-from dedup.storage.shards import open_output
+from dedup.storage.files import open_output
 
 MAX_STAR_ROUNDS = 200
 

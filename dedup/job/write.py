@@ -185,7 +185,7 @@ def write_group(feat: pd.DataFrame, roots: pd.DataFrame | None, lines: pd.DataFr
         tkeys = (feat["tkey"].to_numpy(np.uint64)[take], feat["tkey2"].to_numpy(np.uint64)[take])
         files = [f if k else None for f, k in zip(out_file[take].tolist(), keep[take])]
         sigs = signatures_of(feat, num_perm, take[~keep[take]])  # the rest are computed again from OUTPUT's texts
-        table = index_files.docs_table(own[take].tolist(), cluster[take].tolist(), feat["doc"].to_numpy(np.int64)[take], tkeys,
+        table = index_files.docs_table(own[take], cluster[take], feat["doc"].to_numpy(np.int64)[take], tkeys,
                                  sigs, files, out_row[take], cluster_type(schema, id_column), root_keys(feat, roots)[take])
         nbytes = index_files.write_docs(table, f"{staging_url}/{index.INDEX_DIR}", partition_info["number"])
         indexed = int(root.sum())

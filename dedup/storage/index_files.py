@@ -12,6 +12,7 @@ from numpy.typing import NDArray
 
 from dedup.core.order import lex_order
 from dedup.partition.codec import fixed_binary
+from dedup.storage.files import open_output
 from dedup.storage.index import (
     BANDS,
     IDS,
@@ -24,7 +25,6 @@ from dedup.storage.index import (
     sizes_file,
 )
 from dedup.storage.io import RANDOM_COLUMNS
-from dedup.storage.shards import open_output
 
 if TYPE_CHECKING:
     pass

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dedup.storage.shards import open_input
+from dedup.storage.files import open_input
 
 RANDOM_COLUMNS = frozenset({"sig", "signature", "key", "tkey", "tkey2", "h"})
 """Columns of random bits in dedup's own files (the features' `SIG`, the index's signatures, band keys,

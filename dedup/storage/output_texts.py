@@ -63,7 +63,7 @@ def file_texts(path: str, text_column: str, want: NDArray[np.int64]) -> pa.Array
     """The texts at rows `want` of one Parquet file, in that order (large strings)."""
     import pyarrow.parquet as pq
 
-    from dedup.storage.shards import open_input
+    from dedup.storage.files import open_input
 
     with open_input(path) as fh:
         pf = pq.ParquetFile(fh)
