@@ -2,6 +2,7 @@
 
     pip install -e ".[peers]"
     python benchmarks/peers.py --docs 200000 --docs 1000000 [--repeats 1] [--workers 2]
+    python benchmarks/peers.py --docs 1000000 --run "datatrove, words split on spaces"   # without spaCy's 45 minutes
 
 The contract §7 corpus (`benchmarks/corpus.py`) in 16 Parquet files, both tools with 16 bands x 8
 rows of word 5-shingles and 2 worker processes, each run in a process of its own as a user runs it,
@@ -214,17 +215,18 @@ def warm_up(src: Path, work: Path, workers: int) -> None:
     shutil.rmtree(first)
 
 
-def bench(docs: int, repeats: int, workers: int) -> dict:
+def bench(docs: int, repeats: int, workers: int, names: list[str] | None = None) -> dict:
     frame = corpus_frame(docs)
     work = Path(tempfile.mkdtemp(prefix="dedup-peers-"))
     try:
         src = write_corpus(frame[["id", "text"]], work / "in", SHARDS)
         truth = planted_truth(frame)
         all_ids = set(frame["id"])
-        runs: dict[str, list[dict]] = {name: [] for name in TOOLS}
+        tools = {name: TOOLS[name] for name in names or TOOLS}
+        runs: dict[str, list[dict]] = {name: [] for name in tools}
         warm_up(src, work, workers)
         for _ in range(repeats):
-            for name, (tool, mode) in TOOLS.items():
+            for name, (tool, mode) in tools.items():
                 m, kept = (run_dedup if tool == "dedup" else run_datatrove)(src, work, mode, workers)
                 removed = all_ids - kept
                 runs[name].append({**m, "removed": len(removed), **scores(removed, truth)})
@@ -252,13 +254,16 @@ def main() -> None:
     ap.add_argument("--docs", type=int, action="append", help="corpus size (repeatable; default 200,000)")
     ap.add_argument("--repeats", type=int, default=1, help="interleaved rounds of every tool")
     ap.add_argument("--workers", type=int, default=2, help="worker processes of each tool")
+    ap.add_argument("--run", action="append", choices=list(TOOLS),
+                    help="a run to make (repeatable; default: every one); 'dedup defaults' is always made, the ratios are to it")
     args = ap.parse_args()
+    names = list(dict.fromkeys(["dedup defaults", *args.run])) if args.run else None
     if WordTokenizer is object:
         sys.exit("datatrove is not installed: pip install -e '.[peers]'")
     RESULTS.mkdir(parents=True, exist_ok=True)
     results = []
     for docs in args.docs or [200_000]:
-        results.append(bench(docs, args.repeats, args.workers))
+        results.append(bench(docs, args.repeats, args.workers, names))
         print(table(results[-1]), flush=True)
     (RESULTS / "peers.json").write_text(json.dumps({"cpu": os.cpu_count(), "results": results}, indent=1))
     print("\n\n".join(table(r) for r in results))
