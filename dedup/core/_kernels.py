@@ -455,22 +455,52 @@ def _tie_less(ties, x, y):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def sort_runs(order, ranked, ties, limit):  # pragma: no cover - compiled
+def _merge_sort_run(order, lo, hi, ties, buf):  # pragma: no cover - compiled
+    """order[lo:hi] sorted by the columns of `ties` (a stable bottom-up merge sort; `buf`: scratch)."""
+    n = hi - lo
+    width = 1
+    while width < n:
+        for left in range(lo, hi, 2 * width):
+            mid = min(left + width, hi)
+            right = min(left + 2 * width, hi)
+            a, b, k = left, mid, left
+            while a < mid and b < right:
+                if _tie_less(ties, order[b], order[a]):
+                    buf[k] = order[b]
+                    b += 1
+                else:
+                    buf[k] = order[a]
+                    a += 1
+                k += 1
+            while a < mid:
+                buf[k] = order[a]
+                a += 1
+                k += 1
+            while b < right:
+                buf[k] = order[b]
+                b += 1
+                k += 1
+        for k in range(lo, hi):
+            order[k] = buf[k]
+        width *= 2
+
+
+@numba.njit(cache=True, nogil=True)
+def sort_runs(order, ranked, ties, short):  # pragma: no cover - compiled
     """`order` (rows sorted by a first column; `ranked`: that column's values in that order) with each
-    run of equal first values of at most `limit` rows sorted by the columns of `ties`, in place (an
-    insertion sort: the runs are short). Returns the (start, stop) positions of the longer runs, left
-    as they were, flattened."""
+    run of equal first values sorted by the columns of `ties`, in place: an insertion sort for runs of
+    at most `short` rows (most of them: the first column rarely repeats), a merge sort for longer ones."""
     n = order.shape[0]
-    longer = np.empty(2 * (n // (limit + 1) + 1), np.int64)
-    m = 0
+    buf = np.empty(0, order.dtype)
     i = 0
     while i < n:
         j = i + 1
         while j < n and ranked[j] == ranked[i]:
             j += 1
-        if j - i > limit:
-            longer[m], longer[m + 1] = i, j
-            m += 2
+        if j - i > short:
+            if buf.shape[0] < n:
+                buf = np.empty(n, order.dtype)
+            _merge_sort_run(order, i, j, ties, buf)
         elif j - i > 1:
             for a in range(i + 1, j):
                 x = order[a]
@@ -480,4 +510,3 @@ def sort_runs(order, ranked, ties, limit):  # pragma: no cover - compiled
                     b -= 1
                 order[b + 1] = x
         i = j
-    return longer[:m]
