@@ -271,12 +271,12 @@ def test_a_local_cluster_that_does_not_close_in_time_is_logged_not_raised(caplog
 
 _KERNELS_AFTER_WARM_UP = r"""
 import json, numba
-from dedup.core import _kernels
+from dedup.core import _kernels, _order_kernels
 from dedup.partition.warm import warm_kernels
 warm_kernels()
-found = {name: len(getattr(_kernels, name).signatures) for name in dir(_kernels)
-         if isinstance(getattr(_kernels, name), numba.core.registry.CPUDispatcher)
-         and getattr(_kernels, name).targetoptions.get("inline") != "always"}
+found = {name: len(getattr(m, name).signatures) for m in (_kernels, _order_kernels) for name in dir(m)
+         if isinstance(getattr(m, name), numba.core.registry.CPUDispatcher)
+         and getattr(m, name).targetoptions.get("inline") != "always"}
 print(json.dumps(found))
 """
 
