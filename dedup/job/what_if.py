@@ -1,11 +1,11 @@
 """The page's what-if table on the cluster: what each threshold from 0.7 to 0.9 would remove, counted
 where the weighed pairs are when there are too many for one task (`WHAT_IF_TASK_PAIRS`).
 
-For each threshold, the pairs it would join are joined into components by the same large-star/small-
-star rounds as the components stage, on negated keys so that each component's label is its largest key
-(an earlier output's document when it holds one, as those keys follow this run's); the documents of
-this run that are not their component's label are those a run at that threshold removes. Only counts
-reach the client."""
+Every threshold joins a subset of the weighed pairs, so each of its components lies inside one
+component of all of them. Those are found once, by the same large-star/small-star rounds as the
+components stage; the pairs are then gathered by component, and each partition counts what every
+threshold removes from its own components (`dedup.partition.what_if.removed_at`). One components
+computation, not one a threshold. Only counts reach the client."""
 
 from __future__ import annotations
 
@@ -16,29 +16,32 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from dedup.job.components import components_on_cluster
+from dedup.job.components import EDGE_ROW_BYTES, components_on_cluster
 from dedup.job.graphs import persist_counting
 from dedup.job.routing import route_by
 from dedup.partition import keyspace
-from dedup.partition.what_if import new_leaves, threshold_edges
+from dedup.partition.what_if import COMPONENT_META, removed_in_part, with_component
 
-PAIRS_META = pd.DataFrame({"left": pd.Series(dtype=np.int64), "right": pd.Series(dtype=np.int64)})
+WEIGHED_ROW_BYTES = 40
+"""The estimate of a routed what-if row (two int64 keys, a score, a flag, a component, and the routing's own)."""
 
 
 def removed_on_cluster(weighed: dd.DataFrame, rows: int, thresholds: Sequence[float], run_threshold: float,
                        first_indexed: int, npartitions: int) -> list[int]:
     """`dedup.partition.what_if.removed_at` of the persisted weighed pairs `weighed` (`rows` of them),
-    computed on the cluster: one components computation a threshold, counts back."""
-    out = []
+    computed on the cluster: the components of every pair, each pair gathered with its component,
+    counts back."""
     k = max(1, npartitions)
-    for t in thresholds:
-        edges = weighed.map_partitions(threshold_edges, t, run_threshold, meta=PAIRS_META)
-        labels, _ = components_on_cluster(edges, k, rows)
-        at_doc = route_by(labels, partial(_doc_part, npartitions=k), k, 2 * rows, 16)
-        _, (counts,) = persist_counting([], [at_doc.map_partitions(new_leaves, first_indexed, meta={"n": "int64"})])
-        out.append(int(counts["n"].sum()) if len(counts) else 0)
-    return out
+    labels, _ = components_on_cluster(weighed[["left", "right"]], k, rows)
+    labels_at = route_by(labels, partial(_part, column="doc", npartitions=k), k, 2 * rows, EDGE_ROW_BYTES)
+    edges_at = route_by(weighed, partial(_part, column="left", npartitions=k), k, rows, WEIGHED_ROW_BYTES)
+    placed = dd.map_partitions(with_component, edges_at, labels_at, meta=COMPONENT_META, align_dataframes=False)
+    gathered = route_by(placed, partial(_part, column="component", npartitions=k), k, rows, WEIGHED_ROW_BYTES)
+    meta = pd.DataFrame({str(i): pd.Series(dtype=np.int64) for i in range(len(thresholds))})
+    _, (counts,) = persist_counting([], [gathered.map_partitions(removed_in_part, tuple(thresholds), run_threshold,
+                                                                 first_indexed, meta=meta)])
+    return [int(counts[str(i)].sum()) for i in range(len(thresholds))]
 
 
-def _doc_part(frame: pd.DataFrame, npartitions: int) -> np.ndarray:
-    return keyspace.label_partition(frame["doc"].to_numpy(np.int64), npartitions)
+def _part(frame: pd.DataFrame, column: str, npartitions: int) -> np.ndarray:
+    return keyspace.label_partition(frame[column].to_numpy(np.int64), npartitions)

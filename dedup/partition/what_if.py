@@ -71,20 +71,27 @@ def removed_at_parts(parts: Sequence[pd.DataFrame], thresholds: Sequence[float],
     return removed_at(edges, thresholds, run_threshold, first_indexed)
 
 
-def threshold_edges(edges: pd.DataFrame, threshold: float, run_threshold: float) -> pd.DataFrame:
-    """The what-if pairs a run at `threshold` would join (at the run's own, exactly its confirmed ones),
-    as (left, right) of negated keys: components then take the largest key of each as their label, an
-    earlier output's document when they hold one (`new_leaves`)."""
-    score, confirmed = edges["score"].to_numpy(np.float32), edges["confirmed"].to_numpy(bool)
-    use = confirmed if threshold == run_threshold else score >= np.float32(threshold)
-    return pd.DataFrame({"left": -edges["left"].to_numpy(np.int64)[use], "right": -edges["right"].to_numpy(np.int64)[use]})
+COMPONENT_META = WHAT_IF_META.assign(component=pd.Series(dtype=np.int64))
+"""A what-if edge and the component of every what-if edge it is in (`with_component`)."""
 
 
-def new_leaves(labels: pd.DataFrame, first_indexed: int) -> pd.DataFrame:
-    """Of (doc, label) rows of negated keys (`threshold_edges`' components, rows routed by doc): the
-    distinct documents of this run that are not their component's label. A component's label is its
-    largest key, an earlier output's document when it holds one: then every document of this run in it
-    is removed, else all but the label, which is what `removed_at` counts."""
-    doc, label = labels["doc"].to_numpy(np.int64), labels["label"].to_numpy(np.int64)
-    leaf = np.unique(doc[(doc != label) & (-doc < first_indexed)])
-    return pd.DataFrame({"n": [len(leaf)]})
+def with_component(edges: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
+    """What-if edges (`WHAT_IF_META`, routed by their left document) and the label of their left
+    document's component of the whole what-if graph ((doc, label) rows routed by doc, repeats allowed),
+    as `component`. Every threshold joins a subset of the what-if edges, so each of its components lies
+    inside one of these: gathered by `component`, a partition's edges are counted on their own."""
+    left = edges["left"].to_numpy(np.int64)
+    doc, first = np.unique(labels["doc"].to_numpy(np.int64), return_index=True)
+    at = np.minimum(np.searchsorted(doc, left), max(len(doc) - 1, 0))
+    label = labels["label"].to_numpy(np.int64)[first]
+    # a document in no labelled edge has only self loops (never made): it is a component of its own
+    found = doc[at] == left if len(doc) else np.zeros(len(left), bool)
+    return edges.assign(component=np.where(found, label[at] if len(doc) else left, left))
+
+
+def removed_in_part(edges: pd.DataFrame, thresholds: Sequence[float], run_threshold: float, first_indexed: int
+                    ) -> pd.DataFrame:
+    """`removed_at` of one partition's what-if edges, whole components of them (`with_component`), as
+    one row of a column a threshold: the sums over partitions are the whole graph's counts."""
+    counts = removed_at(edges, thresholds, run_threshold, first_indexed)
+    return pd.DataFrame({str(i): [n] for i, n in enumerate(counts)}, dtype=np.int64)
