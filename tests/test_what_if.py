@@ -76,3 +76,17 @@ def test_a_run_counts_the_same_on_the_client_and_on_the_cluster(client, tmp_path
         assert dict(tables[budget])[0.8] == m["near_duplicates_found"]
     assert tables[0] == tables[10**9]
     assert tables[0][0][1] >= tables[0][-1][1] > 0
+
+
+def test_each_edge_is_given_its_left_documents_component() -> None:
+    """Labels may repeat a document (a star's centre); a document in no labelled edge is its own."""
+    from dedup.partition.what_if import with_component
+
+    edges = pd.DataFrame({"left": np.array([5, 9, 7, 40], np.int64), "right": np.array([6, 5, 8, 41], np.int64),
+                          "score": np.ones(4, np.float32), "confirmed": np.ones(4, bool)})
+    labels = pd.DataFrame({"doc": np.array([5, 5, 9, 7, 6], np.int64), "label": np.array([5, 5, 5, 7, 5], np.int64)})
+    got = with_component(edges, labels)
+    assert got["component"].tolist() == [5, 5, 7, 40]
+    assert got[["left", "right"]].equals(edges[["left", "right"]])
+    empty = with_component(edges.iloc[:0], labels.iloc[:0])
+    assert empty.empty and list(empty.columns) == [*edges.columns, "component"]
