@@ -58,15 +58,17 @@ def test_bucket_edges_are_the_edges_of_each_bucket_alone(rows: list[tuple[int, i
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(-3, 3), st.integers(0, 1)), max_size=120),
-       st.sampled_from([np.uint64, np.int64, np.uint8]))
+       st.sampled_from([np.uint64, np.int64, np.uint8, np.uint32]))
 def test_lex_order_is_a_lexsort_of_unique_rows(rows: list[tuple[int, int, int]], first_type: type) -> None:
     """`lex_order` gives numpy's lexsort for rows made unique by their last column, with runs of equal
     first values short (an insertion sort) and long (above `SHORT_RUN`: a lexsort), signed columns and
-    booleans; and the order of the rows, not where they were, whatever order they arrived in."""
+    booleans, a 32-bit first column (sorted packed with row numbers) up to its largest value; and the order
+    of the rows, not where they were, whatever order they arrived in."""
     from dedup.core.order import SHORT_RUN, lex_order
 
     rows = rows + [(0, 1, 0)] * (SHORT_RUN + 1 if len(rows) % 2 else 0)  # a run longer than SHORT_RUN
-    first = np.array([r[0] for r in rows], dtype=first_type)
+    spread = 1_431_655_765 if first_type is np.uint32 else 1  # 3 x spread = 2**32 - 1
+    first = np.array([r[0] * spread for r in rows], dtype=first_type)
     signed = np.array([r[1] for r in rows], dtype=np.int64)
     flag = np.array([r[2] for r in rows], dtype=bool)
     last = np.random.default_rng(len(rows)).permutation(len(rows)).astype(np.int64) - len(rows) // 2
