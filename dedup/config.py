@@ -15,13 +15,18 @@ SHINGLE_UNITS = ("word", "char")
 """What a shingle is made of: consecutive words, or consecutive characters of the normalised text."""
 DEFAULT_SHINGLE_SIZE = {"word": 5, "char": 5}
 """shingle_size when none is given, per shingle unit."""
-PARTITION_ROWS = 65_536
+PARTITION_ROWS = 100_000
 """Consecutive small shards are read together until a partition holds this many rows (or
-`dedup.storage.shards.PARTITION_BYTES`); `--partition-rows` chooses another bound. A partition's
-features are then about 40 MB. At 25,000, a shard of 50,000 rows was two partitions written as
-parts and joined, a row group of 62,500 was decoded about twice (in three row ranges), and a
-shuffle between twice as many partitions moved four times as many pieces (docs/performance.md,
-Partition size)."""
+`dedup.storage.shards.PARTITION_BYTES`); `--partition-rows` chooses another bound. Fewer, larger
+partitions make fewer tasks and fewer shuffle pieces (n x n between n partitions): on two workers of
+2 GiB, shards of 50,000 documents, 100,000 rows took 220.0 s at 10,000,000 documents against 294.8 s
+at 65,536 (one shard a partition), the workers' peaks 1.5 GiB against 1.0, none spilling; 18.5 s
+against 22.1 s at 1,000,000. At 25,000, a shard of 50,000 rows was two partitions written as parts
+and joined (docs/performance.md, Partition size)."""
+MIN_PARTITIONS = 4
+"""An input of at least this many pieces is read as at least this many partitions, however small: 204,000
+documents in 16 shards made three partitions of 100,000 rows on two workers, one of them then idle for a
+third of each stage (8.6 s against 8.1 s of wall at four)."""
 SPAN_PARTITION_ROWS = 32_768
 """The partition bound of a run with span dedup, unless `--partition-rows` is given: a partition's
 window keys take about ten times its text. Measured with `dedup spans` on 1,000,000 documents of
