@@ -24,7 +24,7 @@ at 65,536 (one shard a partition), the workers' peaks 1.5 GiB against 1.0, none 
 against 22.1 s at 1,000,000. At 25,000, a shard of 50,000 rows was two partitions written as parts
 and joined (docs/performance.md, Partition size)."""
 MIN_PARTITIONS = 4
-"""An input of at least this many pieces is read as at least this many partitions, however small: 204,000
+"""An input above one partition's bounds, of at least this many pieces, is read as at least this many partitions: 204,000
 documents in 16 shards made three partitions of 100,000 rows on two workers, one of them then idle for a
 third of each stage (8.6 s against 8.1 s of wall at four)."""
 SPAN_PARTITION_ROWS = 32_768

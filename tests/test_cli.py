@@ -71,14 +71,14 @@ def test_partition_rows_groups_small_shards_and_the_shards_written_are_the_same(
     """`--partition-rows` decides how many consecutive small shards a partition reads; neither the
     shards written nor `removed.parquet` (reasons, roots, matched documents and their similarities)
     depend on it (a real `dedup run` subprocess each, on 2 local workers)."""
-    src = write_shards(corpus_frame, tmp_path / "in", 6)
-    per_shard = -(-len(corpus_frame) // 6)
+    src = write_shards(corpus_frame, tmp_path / "in", 12)
+    per_shard = -(-len(corpus_frame) // 12)
     runs = {}
     for name, rows in (("one", per_shard), ("three", 3 * per_shard)):
         res = _run("run", str(src), str(tmp_path / name), "--partition-rows", str(rows), "--n-workers", "2")
         assert res.returncode == 0, res.stderr
         runs[name] = json.loads((tmp_path / name / "_dedup.json").read_text())
-    assert runs["one"]["partitions"] == 6 and runs["three"]["partitions"] == 2
+    assert runs["one"]["partitions"] == 12 and runs["three"]["partitions"] == 4
     for shard in sorted(src.iterdir()):
         assert (tmp_path / "one" / shard.name).read_bytes() == (tmp_path / "three" / shard.name).read_bytes()
     assert runs["one"]["near_duplicates_dropped"] == runs["three"]["near_duplicates_dropped"] > 0

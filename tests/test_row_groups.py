@@ -67,15 +67,15 @@ def _filled(pieces: list[shards.Piece], rows: int, nbytes: int) -> list[list[sha
        st.integers(50, 8000))
 def test_partitions_are_the_fewest_and_even(files: list[tuple[int, int]], rows: int, nbytes: int) -> None:
     """As many partitions as filling each up to the bounds makes (or up to `MIN_PARTITIONS` of enough
-    pieces), every one within the bounds, the pieces in order, and none larger than the largest of the
+    pieces when that is more than one), every one within the bounds, the pieces in order, and none larger than the largest of the
     filled ones."""
     found = [_shard([r] * g) for r, g in files]
     pieces = [p for s in found for p in shards.pieces_of(s, rows=rows, nbytes=nbytes)]
     groups = shards.partitions(found, rows=rows, nbytes=nbytes)
     filled = _filled(pieces, rows, nbytes)
     assert [p for g in groups for p in g] == pieces
-    assert len(filled) <= len(groups) <= max(len(filled), min(MIN_PARTITIONS, len(pieces)))
-    assert len(groups) == len(filled) or len(filled) < MIN_PARTITIONS
+    assert len(filled) <= len(groups) <= max(len(filled), min(MIN_PARTITIONS, len(pieces)) if len(filled) > 1 else 1)
+    assert len(groups) == len(filled) or 1 < len(filled) < MIN_PARTITIONS
     assert all(len(g) == 1 or (sum(p.rows for p in g) <= rows and 10 * sum(p.rows for p in g) <= nbytes)
                for g in groups)
     assert max(sum(p.rows for p in g) for g in groups) <= max(sum(p.rows for p in g) for g in filled)
@@ -93,11 +93,12 @@ def test_shards_of_a_quarter_of_the_bound_make_even_partitions() -> None:
 def test_a_small_input_is_at_least_four_partitions() -> None:
     """Under the default bound, 16 shards of 12,750 rows would fit in three partitions, two workers then
     waiting on the third; they are four (`MIN_PARTITIONS`). Fewer pieces than that: a partition each.
-    Enough rows for more: as few as the bound allows."""
+    Within one partition's bound: one. Enough rows for more: as few as the bound allows."""
     found = [_shard([12_750]) for _ in range(16)]
     assert len(_filled([p for s in found for p in shards.pieces_of(s)], shards.PARTITION_ROWS, 128 * 2**20)) == 3
     assert [len(g) for g in shards.partitions(found)] == [4, 4, 4, 4]
-    assert [len(g) for g in shards.partitions(found[:3])] == [1, 1, 1]
+    assert [len(g) for g in shards.partitions(found[:3])] == [3]
+    assert [len(g) for g in shards.partitions(found[:3], rows=20_000)] == [1, 1, 1]
     many = [_shard([50_000]) for _ in range(20)]
     assert [len(g) for g in shards.partitions(many)] == [2] * 10
 
@@ -105,13 +106,16 @@ def test_a_small_input_is_at_least_four_partitions() -> None:
 def test_the_default_bound_reads_common_shard_shapes_whole() -> None:
     """By default a shard of 50,000 documents in two row groups, of one row group of 62,500 (of short
     texts, or of 1,200-byte ones: 75 MB), or of one 128 MiB row group (parquet-mr's) of long texts is
-    one partition read whole (no row ranges decoded from the group's start, no parts to join); one
+    read whole (no row ranges decoded from the group's start, no parts to join), two of the first
+    in one partition; one
     of 150,000 short texts, or of 200 MiB, in one row group is two row ranges."""
     for groups, nbytes in (([25_000, 25_000], 20 * 2**20), ([62_500], 20 * 2**20), ([62_500], 75_000_000),
                            ([13_000], 128 * 2**20)):
         shard = _shard(groups, [nbytes] * len(groups))
         assert shards.pieces_of(shard) == [shards.Piece(shard, 0, shard.rows)]
-        assert shards.partitions([shard, shard]) == [[shards.Piece(shard, 0, shard.rows)]] * 2
+        whole = shards.Piece(shard, 0, shard.rows)
+        together = 2 * shard.rows <= shards.PARTITION_ROWS and 2 * shard.nbytes <= shards.PARTITION_BYTES
+        assert shards.partitions([shard, shard]) == ([[whole, whole]] if together else [[whole]] * 2)
     for groups, nbytes in (([150_000], 40 * 2**20), ([20_000], 200 * 2**20)):
         big = _shard(groups, [nbytes])
         half = groups[0] // 2

@@ -4,6 +4,7 @@ version it recorded (`dedup.storage.stamps`), and index.json is unedited. Real P
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -50,8 +51,9 @@ DAMAGE: dict[str, tuple[Callable[[Path, Path], None], str, str]] = {
     "band file of another run": (lambda r, root: shutil.copy(root / "tree/r2/_index/bands/part-000000.parquet",
                                                              r / "_index/bands/part-000000.parquet"),
                                  "_index/bands/part-000000.parquet", "rows"),
-    "partitions edited": (lambda r, root: (r / "_index/index.json").write_text(
-        (r / "_index/index.json").read_text().replace('"partitions": 1', '"partitions": 2')), "index.json", "edited"),
+    "partitions edited": (lambda r, root: (r / "_index/index.json").write_text(re.sub(
+        r'"partitions": (\d+)', lambda m: f'"partitions": {int(m.group(1)) + 1}', (r / "_index/index.json").read_text())),
+                          "index.json", "edited"),
     "docs file truncated": (lambda r, root: _truncate(r / "_index/docs/part-000000.parquet", 1000),
                             "_index/docs/part-000000.parquet", "not a Parquet file"),
     "docs file emptied": (lambda r, root: _truncate(r / "_index/docs/part-000000.parquet", 0),

@@ -408,7 +408,7 @@ def oversized_groups(shards: Sequence[Shard], rows: int = PARTITION_ROWS,
 
 def partitions(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int = PARTITION_BYTES) -> list[list[Piece]]:
     """Consecutive pieces (`pieces_of`) grouped into as few partitions as `rows` rows and `nbytes` bytes
-    allow (at least `MIN_PARTITIONS` of enough pieces), and those as even as the pieces allow: the
+    allow (an input above them in at least `MIN_PARTITIONS`), and those as even as the pieces allow: the
     same count of partitions under the smallest bounds (a share of both) that still give it. Filled
     one by one up to the bounds, 16 shards of 12,750 rows would be partitions of five, five, five and
     one shard at 65,536 rows, two workers taking two full ones and one full one; evened, they are four
@@ -418,9 +418,11 @@ def partitions(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int 
         return []
     sizes = [p.shard.nbytes * p.rows // max(p.shard.rows, 1) for p in pieces]
     counts = [p.rows for p in pieces]
-    # as few as the bounds allow, but `MIN_PARTITIONS` when the pieces are enough (a small input's
-    # partitions then keep every worker busy), or as near it as consecutive groups come
-    wanted = max(len(_cuts(counts, sizes, rows, nbytes)), min(MIN_PARTITIONS, len(pieces)))
+    # as few as the bounds allow; an input above them in at least `MIN_PARTITIONS` when its pieces are
+    # enough (its partitions then keep every worker busy), or as near it as consecutive groups come
+    wanted = fewest = len(_cuts(counts, sizes, rows, nbytes))
+    if fewest > 1:
+        wanted = max(fewest, min(MIN_PARTITIONS, len(pieces)))
     lo, hi = 0.0, 1.0  # the share of the bounds: the groups' count at `hi` is at most `wanted`
     for _ in range(30):
         mid = (lo + hi) / 2
