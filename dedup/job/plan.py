@@ -372,11 +372,11 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     staging = Staging(output, fingerprint(found, params, chosen, prot, parts), restart=o.restart)
     rows = o.partition_rows
     assert rows is not None  # resolved as the options were made
-    groups = shards_mod.partitions(found, rows=rows)
+    groups, rows = shards_mod.grouped(found, rows=rows)  # the bound they were made under
     if big := shards_mod.oversized_groups(found, rows=rows):
         log.info("%d input file(s) hold a row group above the partition bound (%s: %d rows): each is read in row "
                  "ranges that decode it from its start; row groups of at most %d rows read faster", len(big),
-                 big[0][0].path, big[0][1], o.partition_rows)
+                 big[0][0].path, big[0][1], rows)
     if o.near:  # once everything is checked: a refused run says one line
         log_banding(params, report)
     return Plan(input, output, o, found, schema, groups, prot, params, id_column, staging, report, start, parts,

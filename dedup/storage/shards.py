@@ -406,27 +406,44 @@ def oversized_groups(shards: Sequence[Shard], rows: int = PARTITION_ROWS,
             and any(r > rows or b > nbytes for r, b in zip(s.group_rows, s.group_bytes))]
 
 
+def grouped(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int = PARTITION_BYTES
+            ) -> tuple[list[list[Piece]], int]:
+    """`partitions`, and the rows bound they were made under: `rows`, or for an input above it that
+    makes fewer than `MIN_PARTITIONS` partitions, a `MIN_PARTITIONS`th of its rows (never below its
+    largest row group, which would then be cut into row ranges each decoded from its start) when that
+    makes more: a small input's few partitions leave workers waiting on the last."""
+    groups = _evened(shards, rows, nbytes)
+    total = sum(s.rows for s in shards)
+    if len(groups) >= MIN_PARTITIONS or total <= rows:
+        return groups, rows
+    largest = max((g for s in shards for g in (s.group_rows or (s.rows,))), default=0)
+    smaller = min(rows, max(-(-total // MIN_PARTITIONS), largest))
+    more = _evened(shards, smaller, nbytes) if smaller < rows else groups
+    return (more, smaller) if len(more) > len(groups) else (groups, rows)
+
+
 def partitions(shards: Sequence[Shard], rows: int = PARTITION_ROWS, nbytes: int = PARTITION_BYTES) -> list[list[Piece]]:
     """Consecutive pieces (`pieces_of`) grouped into as few partitions as `rows` rows and `nbytes` bytes
-    allow (an input above them in at least `MIN_PARTITIONS`), and those as even as the pieces allow: the
-    same count of partitions under the smallest bounds (a share of both) that still give it. Filled
-    one by one up to the bounds, 16 shards of 12,750 rows would be partitions of five, five, five and
-    one shard at 65,536 rows, two workers taking two full ones and one full one; evened, they are four
-    of four."""
+    allow (at least `MIN_PARTITIONS` of an input above them, when its files allow: `grouped`)."""
+    return grouped(shards, rows, nbytes)[0]
+
+
+def _evened(shards: Sequence[Shard], rows: int, nbytes: int) -> list[list[Piece]]:
+    """Consecutive pieces (`pieces_of`) grouped into as few partitions as `rows` rows and `nbytes` bytes
+    allow, and those as even as the pieces allow: the same count of partitions under the smallest
+    bounds (a share of both) that still give it. Filled one by one up to the bounds, 16 shards of
+    12,750 rows would be partitions of five, five, five and one shard at 65,536 rows, two workers
+    taking two full ones and one full one; evened, they are four of four."""
     pieces = [p for s in shards for p in pieces_of(s, rows, nbytes)]
     if not pieces:
         return []
     sizes = [p.shard.nbytes * p.rows // max(p.shard.rows, 1) for p in pieces]
     counts = [p.rows for p in pieces]
-    # as few as the bounds allow; an input above them in at least `MIN_PARTITIONS` when its pieces are
-    # enough (its partitions then keep every worker busy), or as near it as consecutive groups come
-    wanted = fewest = len(_cuts(counts, sizes, rows, nbytes))
-    if fewest > 1:
-        wanted = max(fewest, min(MIN_PARTITIONS, len(pieces)))
-    lo, hi = 0.0, 1.0  # the share of the bounds: the groups' count at `hi` is at most `wanted`
+    fewest = len(_cuts(counts, sizes, rows, nbytes))
+    lo, hi = 0.0, 1.0  # the share of the bounds: the groups' count at `hi` is the fewest
     for _ in range(30):
         mid = (lo + hi) / 2
-        if len(_cuts(counts, sizes, int(rows * mid), int(nbytes * mid))) <= wanted:
+        if len(_cuts(counts, sizes, int(rows * mid), int(nbytes * mid))) == fewest:
             hi = mid
         else:
             lo = mid
@@ -438,7 +455,7 @@ def _cuts(rows: Sequence[int], sizes: Sequence[int], max_rows: int, max_bytes: i
     """Where consecutive groups of the pieces end, each group taking pieces while within both bounds
     (a piece above them alone); the fewest groups any consecutive grouping within them has. Running
     sums searched with `bisect` on lists: a search costs a tenth of numpy's on an array, and the
-    evening search in `partitions` runs this 32 times, a search a group (thousands of pieces at a
+    evening search in `_evened` runs this 32 times, a search a group (thousands of pieces at a
     billion documents, or with small bounds)."""
     cum_rows, cum_bytes = list(accumulate(rows)), list(accumulate(sizes))
     out: list[int] = []
