@@ -17,7 +17,7 @@ DEFAULT_SHINGLE_SIZE = {"word": 5, "char": 5}
 """shingle_size when none is given, per shingle unit."""
 PARTITION_ROWS = 100_000
 """Consecutive small shards are read together until a partition holds this many rows (or
-`dedup.storage.shards.PARTITION_BYTES`); `--partition-rows` chooses another bound. Fewer, larger
+`dedup.storage.grouping.PARTITION_BYTES`); `--partition-rows` chooses another bound. Fewer, larger
 partitions make fewer tasks and fewer shuffle pieces (n x n between n partitions): on two workers of
 2 GiB, shards of 50,000 documents, 100,000 rows took 220.0 s at 10,000,000 documents against 294.8 s
 at 65,536 (one shard a partition), the workers' peaks 1.5 GiB against 1.0, none spilling; 18.5 s

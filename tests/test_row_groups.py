@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from dedup import Params
 from dedup.config import MIN_PARTITIONS
 from dedup.job.pipeline import run
-from dedup.storage import reads, shards
+from dedup.storage import grouping, reads, shards
 
 PARAMS = Params(max_bucket=4)
 
@@ -32,7 +32,7 @@ def _shard(group_rows: list[int], group_bytes: list[int] | None = None) -> shard
 @given(st.lists(st.integers(0, 400), min_size=1, max_size=12), st.integers(1, 300), st.integers(100, 5000))
 def test_pieces_cover_the_file_in_order_within_the_bounds(group_rows: list[int], rows: int, nbytes: int) -> None:
     shard = _shard(group_rows)
-    pieces = shards.pieces_of(shard, rows=rows, nbytes=nbytes)
+    pieces = grouping.pieces_of(shard, rows=rows, nbytes=nbytes)
     assert pieces[0].start == 0 and pieces[-1].stop == shard.rows
     assert all(a.stop == b.start for a, b in zip(pieces, pieces[1:]))
     if shard.rows <= rows and shard.nbytes <= nbytes:
@@ -44,8 +44,8 @@ def test_pieces_cover_the_file_in_order_within_the_bounds(group_rows: list[int],
         inside = [b for b in bounds if p.start < b < p.stop]
         assert not inside or p.start in bounds  # a run of whole groups, or a range inside one group
     small = _shard([5])
-    groups = shards.partitions([shard, small], rows=rows, nbytes=nbytes)
-    assert [p for g in groups for p in g] == [*pieces, *shards.pieces_of(small, rows=rows, nbytes=nbytes)]
+    groups = grouping.partitions([shard, small], rows=rows, nbytes=nbytes)
+    assert [p for g in groups for p in g] == [*pieces, *grouping.pieces_of(small, rows=rows, nbytes=nbytes)]
     assert all(sum(p.rows for p in g) <= rows or len(g) == 1 for g in groups)
 
 
@@ -67,11 +67,11 @@ def _filled(pieces: list[shards.Piece], rows: int, nbytes: int) -> list[list[sha
        st.integers(50, 8000))
 def test_partitions_are_the_fewest_and_even(files: list[tuple[int, int]], rows: int, nbytes: int) -> None:
     """As many partitions as filling each up to the bounds makes (more, up to `MIN_PARTITIONS`, for an
-    input above the bounds that makes fewer), every one within the bounds, the pieces in order, and none larger than the largest of the
-    filled ones."""
+    input above the bounds that makes fewer), every one within the bounds, the pieces in order, and
+    none larger than the largest of the filled ones."""
     found = [_shard([r] * g) for r, g in files]
-    pieces = [p for s in found for p in shards.pieces_of(s, rows=rows, nbytes=nbytes)]
-    groups = shards.partitions(found, rows=rows, nbytes=nbytes)
+    pieces = [p for s in found for p in grouping.pieces_of(s, rows=rows, nbytes=nbytes)]
+    groups = grouping.partitions(found, rows=rows, nbytes=nbytes)
     filled = _filled(pieces, rows, nbytes)
     assert [p for g in groups for p in g] == pieces or len(groups) > len(filled)  # made under a smaller bound
     assert len(groups) >= len(filled)
@@ -85,8 +85,8 @@ def test_shards_of_a_quarter_of_the_bound_make_even_partitions() -> None:
     """16 shards of 12,750 rows (the whole-job benchmark's 204,000 documents) make four partitions
     of four shards for two workers, not three of five and one of one."""
     found = [_shard([12_750]) for _ in range(16)]
-    assert [len(g) for g in shards.partitions(found)] == [4, 4, 4, 4]
-    assert [len(g) for g in _filled([p for s in found for p in shards.pieces_of(s)], 65_536, 128 * 2**20)] == \
+    assert [len(g) for g in grouping.partitions(found)] == [4, 4, 4, 4]
+    assert [len(g) for g in _filled([p for s in found for p in grouping.pieces_of(s)], 65_536, 128 * 2**20)] == \
         [5, 5, 5, 1]
 
 
@@ -95,12 +95,12 @@ def test_a_small_input_is_at_least_four_partitions() -> None:
     waiting on the third; they are four (`MIN_PARTITIONS`). Fewer pieces than that: a partition each.
     Within one partition's bound: one. Enough rows for more: as few as the bound allows."""
     found = [_shard([12_750]) for _ in range(16)]
-    assert len(_filled([p for s in found for p in shards.pieces_of(s)], shards.PARTITION_ROWS, 128 * 2**20)) == 3
-    assert [len(g) for g in shards.partitions(found)] == [4, 4, 4, 4]
-    assert [len(g) for g in shards.partitions(found[:3])] == [3]
-    assert [len(g) for g in shards.partitions(found[:3], rows=20_000)] == [1, 1, 1]
+    assert len(_filled([p for s in found for p in grouping.pieces_of(s)], grouping.PARTITION_ROWS, 128 * 2**20)) == 3
+    assert [len(g) for g in grouping.partitions(found)] == [4, 4, 4, 4]
+    assert [len(g) for g in grouping.partitions(found[:3])] == [3]
+    assert [len(g) for g in grouping.partitions(found[:3], rows=20_000)] == [1, 1, 1]
     many = [_shard([50_000]) for _ in range(20)]
-    assert [len(g) for g in shards.partitions(many)] == [2] * 10
+    assert [len(g) for g in grouping.partitions(many)] == [2] * 10
 
 
 def test_the_default_bound_reads_common_shard_shapes_whole() -> None:
@@ -112,14 +112,14 @@ def test_the_default_bound_reads_common_shard_shapes_whole() -> None:
     for groups, nbytes in (([25_000, 25_000], 20 * 2**20), ([62_500], 20 * 2**20), ([62_500], 75_000_000),
                            ([13_000], 128 * 2**20)):
         shard = _shard(groups, [nbytes] * len(groups))
-        assert shards.pieces_of(shard) == [shards.Piece(shard, 0, shard.rows)]
+        assert grouping.pieces_of(shard) == [shards.Piece(shard, 0, shard.rows)]
         whole = shards.Piece(shard, 0, shard.rows)
-        together = 2 * shard.rows <= shards.PARTITION_ROWS and 2 * shard.nbytes <= shards.PARTITION_BYTES
-        assert shards.partitions([shard, shard]) == ([[whole, whole]] if together else [[whole]] * 2)
+        together = 2 * shard.rows <= grouping.PARTITION_ROWS and 2 * shard.nbytes <= grouping.PARTITION_BYTES
+        assert grouping.partitions([shard, shard]) == ([[whole, whole]] if together else [[whole]] * 2)
     for groups, nbytes in (([150_000], 40 * 2**20), ([20_000], 200 * 2**20)):
         big = _shard(groups, [nbytes])
         half = groups[0] // 2
-        assert [(p.start, p.stop) for p in shards.pieces_of(big)] == [(0, half), (half, groups[0])]
+        assert [(p.start, p.stop) for p in grouping.pieces_of(big)] == [(0, half), (half, groups[0])]
 
 
 def _corpus(frame: pd.DataFrame) -> pd.DataFrame:

@@ -32,7 +32,7 @@ from dedup.job.fingerprint import fingerprint
 from dedup.job.notices import log_banding, warn, warn_unspaced
 from dedup.job.timing import Timed
 from dedup.partition.spans import KEEP_MODES, SPAN_TOKENS
-from dedup.storage import reads
+from dedup.storage import grouping, reads
 from dedup.storage import shards as shards_mod
 from dedup.storage.safety import UsageError, check_output, expand_protected, input_places, read_manifest
 from dedup.storage.staging import Staging
@@ -372,8 +372,8 @@ def prepare(input: str, output: str, options: Options | None = None) -> Plan:
     staging = Staging(output, fingerprint(found, params, chosen, prot, parts), restart=o.restart)
     rows = o.partition_rows
     assert rows is not None  # resolved as the options were made
-    groups, rows = shards_mod.grouped(found, rows=rows)  # the bound they were made under
-    if big := shards_mod.oversized_groups(found, rows=rows):
+    groups, rows = grouping.grouped(found, rows=rows)  # the bound they were made under
+    if big := grouping.oversized_groups(found, rows=rows):
         log.info("%d input file(s) hold a row group above the partition bound (%s: %d rows): each is read in row "
                  "ranges that decode it from its start; row groups of at most %d rows read faster", len(big),
                  big[0][0].path, big[0][1], rows)
