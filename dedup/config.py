@@ -24,9 +24,10 @@ at 65,536 (one shard a partition), the workers' peaks 1.5 GiB against 1.0, none 
 against 22.1 s at 1,000,000. At 25,000, a shard of 50,000 rows was two partitions written as parts
 and joined (docs/performance.md, Partition size)."""
 MIN_PARTITIONS = 4
-"""An input above one partition's bounds, of at least this many pieces, is read as at least this many partitions: 204,000
-documents in 16 shards made three partitions of 100,000 rows on two workers, one of them then idle for a
-third of each stage (8.6 s against 8.1 s of wall at four)."""
+"""An input above one partition's bounds that makes fewer partitions than this is grouped under a bound of
+this fraction of its rows when that makes more (`dedup.storage.grouping.grouped`): 204,000 documents in
+16 shards made three partitions of 100,000 rows on two workers, one of them then idle for a third of
+each stage (8.6 s against 8.1 s of wall at four)."""
 SPAN_PARTITION_ROWS = 32_768
 """The partition bound of a run with span dedup, unless `--partition-rows` is given: a partition's
 window keys take about ten times its text. Measured with `dedup spans` on 1,000,000 documents of
