@@ -25,7 +25,7 @@ against 22.1 s at 1,000,000. At 25,000, a shard of 50,000 rows was two partition
 and joined (docs/performance.md, Partition size)."""
 MIN_PARTITIONS = 4
 """An input above one partition's bounds that makes fewer partitions than this is grouped under a bound of
-this fraction of its rows when that makes more (`dedup.storage.grouping.grouped`): 204,000 documents in
+its rows divided by this when that makes more (`dedup.storage.grouping.grouped`): 204,000 documents in
 16 shards made three partitions of 100,000 rows on two workers, one of them then idle for a third of
 each stage (8.6 s against 8.1 s of wall at four)."""
 SPAN_PARTITION_ROWS = 32_768
