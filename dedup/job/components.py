@@ -15,7 +15,7 @@ from dedup.config import CLIENT_COMPONENT_EDGES
 from dedup.core.unionfind import components
 from dedup.job.compute import active_client, compute
 from dedup.job.graphs import persist, persist_counting
-from dedup.job.routing import route_by
+from dedup.job.routing import label_part, route_by
 from dedup.job.stage import Settings, Step, View
 from dedup.partition import ccstar, keyspace
 from dedup.partition.roots import MEMBER_META
@@ -122,25 +122,20 @@ def components_on_cluster(graph: dd.DataFrame, npartitions: int, rows: int | Non
     previous = None
     for rounds in range(1, MAX_STAR_ROUNDS + 1):
         both = edges.map_partitions(ccstar.both_directions, meta=ccstar.ADJ_META)
-        at_u = route_by(both, partial(_node_part, column="u", npartitions=k), k, adj_rows, EDGE_ROW_BYTES)
+        at_u = route_by(both, partial(label_part, npartitions=k, column="u"), k, adj_rows, EDGE_ROW_BYTES)
         (adj,), (sums,) = persist_counting([at_u], [at_u.map_partitions(ccstar.checksum, meta=ccstar.CHECKSUM_META)])
         state = tuple(int(sums[c].to_numpy(np.uint64).sum(dtype=np.uint64)) for c in ("count", "s1", "s2"))
         if state == previous:
             return edges.map_partitions(ccstar.star_labels, meta=MEMBER_META), rounds
         previous = state
         large = adj.map_partitions(ccstar.large_star, meta=ccstar.EDGE_META)
-        at_b = route_by(large, partial(_node_part, column="b", npartitions=k), k, rows, EDGE_ROW_BYTES)
+        at_b = route_by(large, partial(label_part, npartitions=k, column="b"), k, rows, EDGE_ROW_BYTES)
         edges = persist(at_b.map_partitions(ccstar.small_star, meta=ccstar.EDGE_META))
     raise RuntimeError(f"Connected components did not converge in {MAX_STAR_ROUNDS} rounds; please report this as a bug.")
 
 
 EDGE_ROW_BYTES = 24
 """The estimate of a routed edge row (two int64 nodes, and the routing's own)."""
-
-
-def _node_part(frame: pd.DataFrame, column: str, npartitions: int) -> np.ndarray:
-    """The partition that gathers each row's node in `column` (every edge of a node in one partition)."""
-    return keyspace.label_partition(frame[column].to_numpy(np.int64), npartitions)
 
 
 def _normalised(d: pd.DataFrame) -> pd.DataFrame:

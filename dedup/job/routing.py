@@ -91,8 +91,10 @@ def range_part(frame: pd.DataFrame, column: str, npartitions: int) -> np.ndarray
     return index.key_range_of(frame[column].to_numpy(np.uint64), npartitions)
 
 
-def label_part(frame: pd.DataFrame, npartitions: int) -> np.ndarray:
-    return keyspace.label_partition(frame["label"].to_numpy(np.int64), npartitions)
+def label_part(frame: pd.DataFrame, npartitions: int, column: str = "label") -> np.ndarray:
+    """The partition that gathers each row's key in `column` (a component's label, a node: every row of
+    one key in one partition)."""
+    return keyspace.label_partition(frame[column].to_numpy(np.int64), npartitions)
 
 
 def row_count(frame: pd.DataFrame) -> pd.DataFrame:

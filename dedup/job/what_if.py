@@ -18,8 +18,7 @@ import pandas as pd
 
 from dedup.job.components import EDGE_ROW_BYTES, components_on_cluster
 from dedup.job.graphs import persist_counting
-from dedup.job.routing import route_by
-from dedup.partition import keyspace
+from dedup.job.routing import label_part, route_by
 from dedup.partition.what_if import COMPONENT_META, removed_in_part, with_component
 
 WEIGHED_ROW_BYTES = 40
@@ -33,15 +32,12 @@ def removed_on_cluster(weighed: dd.DataFrame, rows: int, thresholds: Sequence[fl
     counts back."""
     k = max(1, npartitions)
     labels, _ = components_on_cluster(weighed[["left", "right"]], k, rows)
-    labels_at = route_by(labels, partial(_part, column="doc", npartitions=k), k, 2 * rows, EDGE_ROW_BYTES)
-    edges_at = route_by(weighed, partial(_part, column="left", npartitions=k), k, rows, WEIGHED_ROW_BYTES)
+    labels_at = route_by(labels, partial(label_part, npartitions=k, column="doc"), k, 2 * rows, EDGE_ROW_BYTES)
+    edges_at = route_by(weighed, partial(label_part, npartitions=k, column="left"), k, rows, WEIGHED_ROW_BYTES)
     placed = dd.map_partitions(with_component, edges_at, labels_at, meta=COMPONENT_META, align_dataframes=False)
-    gathered = route_by(placed, partial(_part, column="component", npartitions=k), k, rows, WEIGHED_ROW_BYTES)
+    gathered = route_by(placed, partial(label_part, npartitions=k, column="component"), k, rows, WEIGHED_ROW_BYTES)
     meta = pd.DataFrame({str(i): pd.Series(dtype=np.int64) for i in range(len(thresholds))})
     _, (counts,) = persist_counting([], [gathered.map_partitions(removed_in_part, tuple(thresholds), run_threshold,
                                                                  first_indexed, meta=meta)])
     return [int(counts[str(i)].sum()) for i in range(len(thresholds))]
 
-
-def _part(frame: pd.DataFrame, column: str, npartitions: int) -> np.ndarray:
-    return keyspace.label_partition(frame[column].to_numpy(np.int64), npartitions)

@@ -82,11 +82,11 @@ def with_component(edges: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
     inside one of these: gathered by `component`, a partition's edges are counted on their own."""
     left = edges["left"].to_numpy(np.int64)
     doc, first = np.unique(labels["doc"].to_numpy(np.int64), return_index=True)
-    at = np.minimum(np.searchsorted(doc, left), max(len(doc) - 1, 0))
-    label = labels["label"].to_numpy(np.int64)[first]
+    if not len(doc):
+        return edges.assign(component=left)
+    at = np.minimum(np.searchsorted(doc, left), len(doc) - 1)
     # a document in no labelled edge has only self loops (never made): it is a component of its own
-    found = doc[at] == left if len(doc) else np.zeros(len(left), bool)
-    return edges.assign(component=np.where(found, label[at] if len(doc) else left, left))
+    return edges.assign(component=np.where(doc[at] == left, labels["label"].to_numpy(np.int64)[first][at], left))
 
 
 def removed_in_part(edges: pd.DataFrame, thresholds: Sequence[float], run_threshold: float, first_indexed: int
